@@ -1,0 +1,232 @@
+//! The uniqueness guard for one sequence.
+//!
+//! An id's low 10 bits are `nextval(seq) % 1024`, so two ids of one sequence (and one shard) are
+//! equal exactly when they share the millisecond and the remainder. The guard remembers, for the
+//! last millisecond it issued, which of the 1024 remainders are taken, and never hands out a
+//! (millisecond, remainder) pair twice:
+//!
+//! * the clock moved past the guard's millisecond: start a fresh millisecond;
+//! * the remainder is free in the guard's millisecond: take it;
+//! * it is taken and the clock is still *in* that millisecond: [`Overflow::Wait`] asks the caller
+//!   to wait for the clock to tick, [`Overflow::Borrow`] moves on to the next millisecond at once;
+//! * it is taken and the clock is *behind* the guard (the clock stepped back, or `borrow` ran
+//!   ahead): move on to the next millisecond at once. Waiting for a clock that stepped back could
+//!   take hours, so the guard never does.
+//!
+//! The issued millisecond therefore never decreases, whatever the clock does. All values here are
+//! milliseconds since the id epoch (the id's own timestamp field), so even a change of epoch cannot
+//! make the guard repeat a field value.
+
+/// What to do when the current millisecond has no free remainder left.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Overflow {
+    /// Wait for the clock to reach the next millisecond: timestamps stay true, at most 1024 ids
+    /// per millisecond per sequence.
+    Wait,
+    /// Use the next millisecond at once: timestamps may run ahead of the clock.
+    Borrow,
+}
+
+/// The result of one [`GuardState::issue`] call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Outcome {
+    /// The millisecond to put in the id, or `None`: wait until the clock passes `self.waiting_for`
+    /// and call again with the same remainder.
+    pub ms: Option<i64>,
+    /// The millisecond the guard waits to leave (meaningful when `ms` is `None`).
+    pub waiting_for: i64,
+    /// The clock reading was this many ms behind the previous reading seen by this guard. Reported
+    /// once per step, by the call that first sees it.
+    pub clock_stepped_back_by: Option<i64>,
+}
+
+const WORDS: usize = 1024 / 64;
+const NEVER: i64 = i64::MIN;
+
+/// The guard's memory for one sequence. Plain data (`#[repr(C)]`, no pointers) so that it can live
+/// in PostgreSQL shared memory.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct GuardState {
+    /// The last millisecond issued ([`i64::MIN`] before the first id).
+    ms: i64,
+    /// The last clock reading seen ([`i64::MIN`] before the first id).
+    clock: i64,
+    /// Remainders already issued in `ms`, one bit each.
+    used: [u64; WORDS],
+}
+
+impl Default for GuardState {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl GuardState {
+    /// A guard that has issued nothing.
+    pub const fn new() -> Self {
+        GuardState { ms: NEVER, clock: NEVER, used: [0; WORDS] }
+    }
+
+    /// The last millisecond issued, if any.
+    pub fn last_ms(&self) -> Option<i64> {
+        (self.ms != NEVER).then_some(self.ms)
+    }
+
+    /// Decides the millisecond for an id whose sequence field is `remainder` (`0..1024`), given
+    /// the clock reading `now`. Callers that share one guard must read the clock while holding the
+    /// guard's lock, so that readings reach the guard in order.
+    pub fn issue(&mut self, now: i64, remainder: u16, overflow: Overflow) -> Outcome {
+        debug_assert!(remainder < 1024);
+        let clock_stepped_back_by =
+            (self.clock != NEVER && now < self.clock).then(|| self.clock - now);
+        self.clock = now;
+
+        if now > self.ms {
+            self.start_ms(now);
+        } else if self.is_used(remainder) {
+            if now == self.ms && overflow == Overflow::Wait {
+                return Outcome { ms: None, waiting_for: self.ms, clock_stepped_back_by };
+            }
+            self.start_ms(self.ms.saturating_add(1));
+        }
+        self.mark_used(remainder);
+        Outcome { ms: Some(self.ms), waiting_for: self.ms, clock_stepped_back_by }
+    }
+
+    fn start_ms(&mut self, ms: i64) {
+        self.ms = ms;
+        self.used = [0; WORDS];
+    }
+
+    fn is_used(&self, remainder: u16) -> bool {
+        self.used[usize::from(remainder / 64)] & (1 << (remainder % 64)) != 0
+    }
+
+    fn mark_used(&mut self, remainder: u16) {
+        self.used[usize::from(remainder / 64)] |= 1 << (remainder % 64);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use std::collections::HashSet;
+
+    fn issued(g: &mut GuardState, now: i64, r: u16, o: Overflow) -> i64 {
+        g.issue(now, r, o).ms.expect("expected an id, not a wait")
+    }
+
+    #[test]
+    fn fresh_remainders_share_the_clock_millisecond() {
+        let mut g = GuardState::new();
+        assert_eq!(issued(&mut g, 100, 0, Overflow::Wait), 100);
+        assert_eq!(issued(&mut g, 100, 1, Overflow::Wait), 100);
+        assert_eq!(issued(&mut g, 101, 0, Overflow::Wait), 101);
+    }
+
+    #[test]
+    fn a_repeated_remainder_waits_in_wait_mode() {
+        let mut g = GuardState::new();
+        issued(&mut g, 100, 7, Overflow::Wait);
+        assert_eq!(
+            g.issue(100, 7, Overflow::Wait),
+            Outcome { ms: None, waiting_for: 100, clock_stepped_back_by: None }
+        );
+        assert_eq!(issued(&mut g, 101, 7, Overflow::Wait), 101);
+    }
+
+    #[test]
+    fn a_repeated_remainder_borrows_the_next_millisecond_in_borrow_mode() {
+        let mut g = GuardState::new();
+        issued(&mut g, 100, 7, Overflow::Borrow);
+        assert_eq!(issued(&mut g, 100, 7, Overflow::Borrow), 101);
+        // the clock is now behind the guard: free remainders stay in the borrowed millisecond
+        assert_eq!(issued(&mut g, 100, 8, Overflow::Borrow), 101);
+        assert_eq!(issued(&mut g, 100, 8, Overflow::Wait), 102, "never waits when ahead of the clock");
+    }
+
+    #[test]
+    fn a_clock_step_back_is_reported_once_and_never_decreases_the_millisecond() {
+        let mut g = GuardState::new();
+        issued(&mut g, 5_000, 1, Overflow::Wait);
+        let step = g.issue(3_000, 1, Overflow::Wait);
+        assert_eq!(step.ms, Some(5_001));
+        assert_eq!(step.clock_stepped_back_by, Some(2_000));
+        let next = g.issue(3_001, 2, Overflow::Wait);
+        assert_eq!(next.ms, Some(5_001));
+        assert_eq!(next.clock_stepped_back_by, None);
+    }
+
+    #[test]
+    fn a_full_millisecond_holds_exactly_1024_ids() {
+        let mut g = GuardState::new();
+        for r in 0..1024 {
+            assert_eq!(issued(&mut g, 0, r, Overflow::Borrow), 0);
+        }
+        assert_eq!(issued(&mut g, 0, 0, Overflow::Borrow), 1);
+    }
+
+    /// One step of a random schedule: which clock move, which remainder, which policy.
+    #[derive(Debug, Clone)]
+    struct Step {
+        clock_delta: i64,
+        remainder: u16,
+        borrow: bool,
+    }
+
+    fn steps() -> impl Strategy<Value = Vec<Step>> {
+        let step = (
+            prop_oneof![8 => Just(0i64), 4 => Just(1), 1 => -3000i64..3000],
+            prop_oneof![3 => 0u16..8, 1 => 0u16..1024],
+            any::<bool>(),
+        )
+            .prop_map(|(clock_delta, remainder, borrow)| Step { clock_delta, remainder, borrow });
+        proptest::collection::vec(step, 1..2000)
+    }
+
+    proptest! {
+        /// Whatever the clock does and whichever remainders arrive, no (ms, remainder) pair is
+        /// issued twice, the millisecond never decreases, and `wait` never issues ahead of a
+        /// clock that only moves forward.
+        #[test]
+        fn never_repeats_never_goes_back(schedule in steps()) {
+            let mut g = GuardState::new();
+            let mut clock = 1_000_000i64;
+            let mut seen = HashSet::new();
+            let mut last = i64::MIN;
+            for step in schedule {
+                clock += step.clock_delta;
+                let overflow = if step.borrow { Overflow::Borrow } else { Overflow::Wait };
+                let ms = loop {
+                    match g.issue(clock, step.remainder, overflow).ms {
+                        Some(ms) => break ms,
+                        None => clock += 1, // the caller waits for the clock to tick
+                    }
+                };
+                prop_assert!(ms >= last, "millisecond went back from {} to {}", last, ms);
+                prop_assert!(seen.insert((ms, step.remainder)), "repeat of ({}, {})", ms, step.remainder);
+                last = ms;
+            }
+        }
+
+        #[test]
+        fn wait_mode_with_a_forward_clock_keeps_true_timestamps(
+            deltas in proptest::collection::vec((0i64..3, 0u16..1024), 1..3000)
+        ) {
+            let mut g = GuardState::new();
+            let mut clock = 0i64;
+            for (delta, r) in deltas {
+                clock += delta;
+                let ms = loop {
+                    match g.issue(clock, r, Overflow::Wait).ms {
+                        Some(ms) => break ms,
+                        None => clock += 1,
+                    }
+                };
+                prop_assert_eq!(ms, clock);
+            }
+        }
+    }
+}
