@@ -1,1 +1,52 @@
-//! stub
+//! pg_shard_id: Instagram-style 64-bit ids generated inside PostgreSQL, that never repeat.
+//!
+//! The pure parts (bit layout, time conversion, the uniqueness guard) are in the
+//! `pg_shard_id_core` crate; this crate is the pgrx layer: SQL functions, settings, shared memory
+//! and errors.
+
+use pgrx::prelude::*;
+
+mod clock;
+mod decode;
+mod errors;
+mod generate;
+mod guard_table;
+mod info;
+mod settings;
+
+#[cfg(any(test, feature = "pg_test"))]
+mod tests;
+
+::pgrx::pg_module_magic!(name, version);
+
+#[pg_guard]
+pub extern "C-unwind" fn _PG_init() {
+    settings::register();
+    guard_table::init();
+}
+
+extension_sql!(
+    r#"
+DO $$
+BEGIN
+    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
+        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
+            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
+    END IF;
+END
+$$;
+"#,
+    name = "preload_notice",
+    finalize,
+);
+
+/// Required by `cargo pgrx test`.
+#[cfg(test)]
+pub mod pg_test {
+    pub fn setup(_options: Vec<&str>) {}
+
+    #[must_use]
+    pub fn postgresql_conf_options() -> Vec<&'static str> {
+        vec!["shared_preload_libraries = 'pg_shard_id'"]
+    }
+}

@@ -1,0 +1,52 @@
+//! How layout errors reach the user: one message, one SQLSTATE, one hint each.
+
+use pg_shard_id_core::layout::{LayoutError, MAX_MS};
+use pg_shard_id_core::time::format_unix_ms;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+
+/// Raises `error` as an ERROR. `epoch_unix_ms` names the epoch in the hint where time is involved.
+pub fn raise(error: LayoutError, epoch_unix_ms: i64) -> ! {
+    use PgSqlErrorCode::*;
+    let (code, hint) = match error {
+        LayoutError::ShardOutOfRange(_) => (
+            ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            "Logical shards are numbered 0 to 8191 (13 bits).".to_string(),
+        ),
+        LayoutError::SeqOutOfRange(_) => (
+            ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            "The sequence field holds 0 to 1023 (10 bits).".to_string(),
+        ),
+        LayoutError::BeforeEpoch(_) => (
+            ERRCODE_DATETIME_FIELD_OVERFLOW,
+            format!(
+                "Ids count milliseconds from the epoch {}; check the timestamp, the server clock \
+                 and pg_shard_id.epoch.",
+                format_unix_ms(epoch_unix_ms)
+            ),
+        ),
+        LayoutError::PastHorizon(_) => (
+            ERRCODE_DATETIME_FIELD_OVERFLOW,
+            format!(
+                "With the epoch {} ids stay positive until {}; a later epoch (pg_shard_id.epoch) \
+                 moves that horizon, but changes what existing ids decode to.",
+                format_unix_ms(epoch_unix_ms),
+                format_unix_ms(epoch_unix_ms.saturating_add(MAX_MS))
+            ),
+        ),
+        LayoutError::NegativeId(_) => (
+            ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
+            "pg_shard_id never issues negative ids; this value was made some other way.".to_string(),
+        ),
+    };
+    ErrorReport::new(code, error.to_string(), "pg_shard_id")
+        .set_hint(hint)
+        .report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}
+
+/// Raises an ERROR with `code`, `message` and `hint`.
+pub fn raise_with_hint(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
+    ErrorReport::new(code, message, "pg_shard_id").set_hint(hint).report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}

@@ -1,0 +1,49 @@
+//! `pg_shard_id_info()`: the settings and guard in force, in one row.
+
+use crate::{guard_table, settings};
+use pg_shard_id_core::layout::MAX_MS;
+use pg_shard_id_core::time::unix_ms_to_pg_micros;
+use pgrx::prelude::*;
+
+fn timestamptz(unix_ms: i64) -> TimestampWithTimeZone {
+    unix_ms_to_pg_micros(unix_ms)
+        .and_then(|micros| TimestampWithTimeZone::try_from(micros).ok())
+        .expect("epoch and horizon are well inside the timestamptz range")
+}
+
+/// What pg_shard_id is doing in this session.
+///
+/// ```sql
+/// pg_shard_id_info() RETURNS TABLE (epoch timestamptz, positive_until timestamptz,
+///     overflow text, guard text, guard_slots integer, guard_slots_in_use integer)
+/// SELECT * FROM pg_shard_id_info();
+/// ```
+///
+/// `positive_until` is the last millisecond for which ids stay positive (epoch + 2^40 - 1 ms).
+/// `guard` is `cluster` when the library is in `shared_preload_libraries` (no two sessions of
+/// the cluster repeat an id), `session` otherwise (only one session's ids are guarded).
+/// VOLATILE and PARALLEL RESTRICTED: it reads live guard state, which is per backend in
+/// `session` mode. Raises no errors.
+#[pg_extern(volatile, parallel_restricted)]
+fn pg_shard_id_info() -> TableIterator<
+    'static,
+    (
+        name!(epoch, TimestampWithTimeZone),
+        name!(positive_until, TimestampWithTimeZone),
+        name!(overflow, String),
+        name!(guard, String),
+        name!(guard_slots, i32),
+        name!(guard_slots_in_use, i32),
+    ),
+> {
+    let epoch = settings::epoch_unix_ms();
+    let (slots, in_use) = guard_table::usage();
+    TableIterator::once((
+        timestamptz(epoch),
+        timestamptz(epoch + MAX_MS),
+        settings::overflow_name().to_string(),
+        guard_table::mode().to_string(),
+        slots as i32,
+        in_use as i32,
+    ))
+}
