@@ -47,7 +47,7 @@ fn next_shard_id(seq: pg_sys::Oid, shard: i32) -> i64 {
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };
     let remainder = seq_field(value);
     let key = slot_key(unsafe { pg_sys::MyDatabaseId }.to_u32(), seq.to_u32());
-    let ms = guard_table::issue_ms(key, remainder as u16, settings::overflow(), || {
+    let ms = guard_table::issue_ms(key, remainder as u16, settings::overflow(), epoch, || {
         clock::now_since_epoch(epoch)
     });
     compose(IdParts { ms, shard, seq: remainder }).unwrap_or_else(|e| errors::raise(e, epoch))

@@ -60,7 +60,15 @@ pub fn usage() -> (usize, usize) {
 
 /// The millisecond for an id of sequence `key` whose sequence field is `remainder`, by the guard.
 /// `clock` reads ms since the epoch; it is called while the slot's lock is held.
-pub fn issue_ms(key: SlotKey, remainder: u16, overflow: Overflow, clock: impl Fn() -> i64) -> i64 {
+/// Errors: 22008 when the clock is before the epoch or the id would pass the horizon, 54000 when
+/// the table is full.
+pub fn issue_ms(
+    key: SlotKey,
+    remainder: u16,
+    overflow: Overflow,
+    epoch_unix_ms: i64,
+    clock: impl Fn() -> i64,
+) -> i64 {
     with_table(|table| loop {
         let index = match SLOT_OF.with(|m| m.borrow().get(&key).copied()) {
             Some(index) => index,
@@ -75,6 +83,7 @@ pub fn issue_ms(key: SlotKey, remainder: u16, overflow: Overflow, clock: impl Fn
             SLOT_OF.with(|m| m.borrow_mut().remove(&key));
             continue;
         };
+        let outcome = outcome.unwrap_or_else(|e| crate::errors::raise(e, epoch_unix_ms));
         if let Some(step) = outcome.clock_stepped_back_by {
             warn_clock_step(key, step, outcome.waiting_for);
         }

@@ -107,12 +107,12 @@ unsafe extern "C-unwind" fn assign_epoch(newval: *const c_char, _extra: *mut c_v
 }
 
 #[cfg(feature = "pg_test")]
-static TEST_CLOCK_OFFSET_MS: GucSetting<i32> = GucSetting::<i32>::new(0);
+static TEST_CLOCK_OFFSET_MS: GucSetting<f64> = GucSetting::<f64>::new(0.0);
 
 /// Test builds only: milliseconds added to the wall clock, to step it back and forth.
 #[cfg(feature = "pg_test")]
 pub fn test_clock_offset_ms() -> i64 {
-    i64::from(TEST_CLOCK_OFFSET_MS.get())
+    TEST_CLOCK_OFFSET_MS.get() as i64
 }
 
 /// Defines the settings. Called once from `_PG_init`.
@@ -151,13 +151,13 @@ pub fn register() {
         GucFlags::default(),
     );
     #[cfg(feature = "pg_test")]
-    GucRegistry::define_int_guc(
+    GucRegistry::define_float_guc(
         c"pg_shard_id.test_clock_offset_ms",
         c"TEST BUILDS ONLY: milliseconds added to the wall clock.",
         c"Exists only when the extension is compiled with the pg_test feature.",
         &TEST_CLOCK_OFFSET_MS,
-        i32::MIN,
-        i32::MAX,
+        -1e13,
+        1e13,
         GucContext::Suset,
         GucFlags::default(),
     );

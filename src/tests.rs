@@ -1,15 +1,291 @@
-//! `#[pg_test]`s: SQL-level behaviour checked from Rust, in a server with the library preloaded.
+//! `#[pg_test]`s: SQL-level behaviour checked from Rust, in a server that has the library in
+//! `shared_preload_libraries` (see `pg_test::postgresql_conf_options`). Each test runs in its own
+//! transaction, rolled back at the end.
+//!
+//! What needs several sessions, a server restart or a server without the library preloaded is in
+//! `tests/cluster/` instead; what a user sees in psql is in `tests/pg_regress/`.
 
 #[pgrx::pg_schema]
 mod tests {
     use pgrx::prelude::*;
 
+    fn one<T: IntoDatum + FromDatum>(sql: &str) -> T {
+        Spi::get_one::<T>(sql).expect(sql).expect("NULL")
+    }
+
+    fn run(sql: &str) {
+        Spi::run(sql).expect(sql)
+    }
+
+    /// Runs `sql` in a subtransaction and returns the SQLSTATE it fails with ("" if it succeeds).
+    fn sqlstate_of(sql: &str) -> String {
+        if one::<bool>("SELECT to_regprocedure('pg_temp.sqlstate_of(text)') IS NULL") {
+            run(r#"
+            CREATE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
+            BEGIN
+                EXECUTE q;
+                RETURN '';
+            EXCEPTION WHEN others THEN
+                RETURN SQLSTATE;
+            END $$"#);
+        }
+        Spi::get_one_with_args::<String>("SELECT pg_temp.sqlstate_of($1)", &[sql.into()])
+            .expect(sql)
+            .expect("NULL")
+    }
+
     #[pg_test]
     fn instagram_known_answer() {
-        let id = Spi::get_one::<i64>(
+        let id: i64 = one(
             "SELECT shard_id_compose('2011-01-01 00:00:00+00'::timestamptz + interval '1387263 s', \
              31341 % 2000, 5001 % 1024, '2011-01-01 00:00:00+00')",
         );
-        assert_eq!(id, Ok(Some(11_637_205_501_278_089)));
+        assert_eq!(id, 11_637_205_501_278_089);
+        let (ts, shard, seq) = Spi::get_three::<String, i32, i32>(
+            "SET LOCAL TimeZone = 'UTC'; \
+             SELECT ts::text, shard, seq FROM shard_id_decode(11637205501278089, '2011-01-01+00')",
+        )
+        .unwrap();
+        assert_eq!(ts.as_deref(), Some("2011-01-17 01:21:03+00"));
+        assert_eq!((shard, seq), (Some(1341), Some(905)));
+    }
+
+    #[pg_test]
+    fn default_rows_decode_to_shard_seq_and_statement_time() {
+        run("CREATE SEQUENCE s; \
+             CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 4321), n bigint); \
+             CREATE TEMP TABLE w AS SELECT clock_timestamp() AS t0, NULL::timestamptz AS t1; \
+             INSERT INTO t (n) SELECT g FROM generate_series(1, 5000) g; \
+             UPDATE w SET t1 = clock_timestamp()");
+        assert_eq!(one::<i64>("SELECT count(*) FROM t"), 5000);
+        assert_eq!(one::<i64>("SELECT count(*) FROM t WHERE shard_id_extract_shard(id) <> 4321"), 0);
+        // The k-th value drawn from a fresh sequence is k: the low bits are k % 1024.
+        assert_eq!(one::<i64>("SELECT count(*) FROM t WHERE shard_id_extract_seq(id) <> n % 1024"), 0);
+        assert_eq!(one::<i64>("SELECT count(*) FROM t WHERE shard_id_extract_seq(id) <> id & 1023"), 0);
+        assert_eq!(
+            one::<i64>(
+                "SELECT count(*) FROM t, w WHERE shard_id_extract_timestamp(id) \
+                 NOT BETWEEN date_trunc('milliseconds', t0) AND t1"
+            ),
+            0
+        );
+        // decode and compose are inverses, and lower_bound brackets every id
+        assert_eq!(
+            one::<i64>(
+                "SELECT count(*) FROM t, shard_id_decode(id) d \
+                 WHERE shard_id_compose(d.ts, d.shard, d.seq) <> id \
+                    OR id < shard_id_lower_bound(d.ts) \
+                    OR id >= shard_id_lower_bound(d.ts + interval '1 ms')"
+            ),
+            0
+        );
+    }
+
+    #[pg_test]
+    fn works_in_copy_and_with_a_renamed_sequence() {
+        run("CREATE SEQUENCE s2; \
+             CREATE TABLE c (id bigint PRIMARY KEY DEFAULT next_shard_id('s2', 7), v text); \
+             ALTER SEQUENCE s2 RENAME TO s2_renamed; \
+             INSERT INTO c (v) VALUES ('a'), ('b')");
+        assert_eq!(one::<i64>("SELECT count(*) FROM c WHERE shard_id_extract_shard(id) = 7"), 2);
+        // the DEFAULT holds the sequence's oid and depends on it
+        assert_eq!(sqlstate_of("DROP SEQUENCE s2_renamed"), "2BP01");
+    }
+
+    #[pg_test]
+    fn function_labels_are_honest() {
+        let labels: String = one(
+            "SELECT string_agg(format('%s:%s%s%s', p.oid::regprocedure, provolatile, proparallel, \
+                    CASE WHEN proisstrict THEN 's' ELSE '-' END), ' ' ORDER BY p.oid::regprocedure::text) \
+             FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass \
+             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_shard_id'",
+        );
+        let expected = [
+            "next_shard_id(regclass,integer):vus",
+            "pg_shard_id_info():vrs",
+            "shard_id_compose(timestamp with time zone,integer,integer):sss",
+            "shard_id_compose(timestamp with time zone,integer,integer,timestamp with time zone):iss",
+            "shard_id_decode(bigint):sss",
+            "shard_id_decode(bigint,timestamp with time zone):iss",
+            "shard_id_extract_seq(bigint):iss",
+            "shard_id_extract_shard(bigint):iss",
+            "shard_id_extract_timestamp(bigint):sss",
+            "shard_id_extract_timestamp(bigint,timestamp with time zone):iss",
+            "shard_id_lower_bound(timestamp with time zone):sss",
+            "shard_id_lower_bound(timestamp with time zone,timestamp with time zone):iss",
+        ];
+        for label in expected {
+            assert!(labels.contains(label), "{label} missing from {labels}");
+        }
+    }
+
+    #[pg_test]
+    fn bad_input_fails_with_its_sqlstate_and_writes_nothing() {
+        run("CREATE SEQUENCE e; \
+             CREATE TABLE bad (id bigint PRIMARY KEY DEFAULT next_shard_id('e', 8192)); \
+             CREATE TABLE plain (id int)");
+        for (sql, state) in [
+            ("SELECT next_shard_id('e', -1)", "22003"),
+            ("SELECT next_shard_id('e', 8192)", "22003"),
+            ("INSERT INTO bad DEFAULT VALUES", "22003"),
+            ("SELECT next_shard_id('plain', 1)", "42809"),
+            ("SELECT next_shard_id('no_such_sequence', 1)", "42P01"),
+            ("INSERT INTO bad (id) VALUES (next_shard_id(NULL, 1))", "23502"),
+            ("SELECT shard_id_extract_shard(-1)", "22003"),
+            ("SELECT shard_id_extract_seq(-1)", "22003"),
+            ("SELECT shard_id_extract_timestamp(-1)", "22003"),
+            ("SELECT shard_id_decode(-9223372036854775808)", "22003"),
+            ("SELECT shard_id_compose(now(), 8192, 0)", "22003"),
+            ("SELECT shard_id_compose(now(), -1, 0)", "22003"),
+            ("SELECT shard_id_compose(now(), 0, 1024)", "22003"),
+            ("SELECT shard_id_compose(now(), 0, -1)", "22003"),
+            ("SELECT shard_id_compose('2025-12-31 23:59:59.999+00', 0, 0)", "22008"),
+            ("SELECT shard_id_compose('2070-01-01+00', 0, 0)", "22008"),
+            ("SELECT shard_id_compose('infinity', 0, 0)", "22008"),
+            ("SELECT shard_id_lower_bound('2070-01-01+00')", "22008"),
+            ("SELECT shard_id_lower_bound('-infinity')", "22008"),
+            ("SELECT shard_id_extract_timestamp(1, '2011-01-01 00:00:00.0005+00')", "22023"),
+            ("SELECT shard_id_extract_timestamp(1, 'infinity')", "22023"),
+            ("SET pg_shard_id.epoch = 'yesterday'", "22023"),
+            ("SET pg_shard_id.epoch = '2026-01-01 00:00:00'", "22023"),
+            ("SET pg_shard_id.epoch = '2999-01-01 00:00:00+00'", "22023"),
+            ("SET pg_shard_id.overflow = 'sometimes'", "22023"),
+            ("SET pg_shard_id.max_sequences = 100", "55P02"),
+        ] {
+            assert_eq!(sqlstate_of(sql), state, "{sql}");
+        }
+        // nothing was drawn from the sequence and nothing was written
+        assert_eq!(one::<bool>("SELECT is_called FROM e"), false);
+        assert_eq!(one::<i64>("SELECT count(*) FROM bad"), 0);
+        assert_eq!(Spi::get_one::<i64>("SELECT next_shard_id(NULL, 1)"), Ok(None));
+        assert_eq!(Spi::get_one::<i64>("SELECT next_shard_id('e', NULL)"), Ok(None));
+    }
+
+    #[pg_test]
+    fn privileges_follow_nextval() {
+        run("CREATE SEQUENCE priv_seq; \
+             CREATE ROLE shard_id_nobody; \
+             CREATE ROLE shard_id_user; GRANT USAGE ON SEQUENCE priv_seq TO shard_id_user; \
+             CREATE ROLE shard_id_updater; GRANT UPDATE ON SEQUENCE priv_seq TO shard_id_updater; \
+             CREATE ROLE shard_id_reader; GRANT SELECT ON SEQUENCE priv_seq TO shard_id_reader");
+        for (role, state) in [
+            ("shard_id_nobody", "42501"),
+            ("shard_id_reader", "42501"),
+            ("shard_id_user", ""),
+            ("shard_id_updater", ""),
+        ] {
+            run(&format!("SET LOCAL ROLE {role}"));
+            assert_eq!(sqlstate_of("SELECT next_shard_id('priv_seq', 1)"), state, "{role}");
+            // settings that change ids are for superusers only
+            assert_eq!(sqlstate_of("SET pg_shard_id.overflow = borrow"), "42501", "{role}");
+            assert_eq!(
+                sqlstate_of("SET pg_shard_id.epoch = '2020-01-01 00:00:00+00'"),
+                "42501",
+                "{role}"
+            );
+            run("RESET ROLE");
+        }
+        assert_eq!(one::<i64>("SELECT last_value FROM priv_seq"), 2, "only the two allowed calls drew");
+    }
+
+    #[pg_test]
+    fn read_only_transactions_refuse_like_nextval() {
+        run("CREATE SEQUENCE ro_seq");
+        assert_eq!(sqlstate_of("SELECT 1"), "", "helper created before the transaction turns read-only");
+        run("SET LOCAL transaction_read_only = on");
+        assert_eq!(sqlstate_of("SELECT next_shard_id('ro_seq', 1)"), "25006");
+        assert_eq!(sqlstate_of("SELECT nextval('ro_seq')"), "25006");
+    }
+
+    #[pg_test]
+    fn sequence_options_behave_as_in_nextval() {
+        run("CREATE SEQUENCE down INCREMENT -1 MINVALUE -5 MAXVALUE -1 START -1; \
+             CREATE SEQUENCE short MAXVALUE 2");
+        // a descending sequence still fills the 10 low bits with 0..1023: -1 mod 1024 = 1023
+        assert_eq!(one::<i32>("SELECT shard_id_extract_seq(next_shard_id('down', 3))"), 1023);
+        assert_eq!(one::<i32>("SELECT shard_id_extract_shard(next_shard_id('down', 3))"), 3);
+        run("SELECT next_shard_id('short', 0), next_shard_id('short', 0)");
+        assert_eq!(sqlstate_of("SELECT next_shard_id('short', 0)"), "2200H");
+    }
+
+    #[pg_test]
+    fn clock_before_epoch_and_past_horizon_are_errors() {
+        run("CREATE SEQUENCE clk");
+        // the test clock: move it to one second before the epoch
+        run("SET LOCAL pg_shard_id.test_clock_offset_ms = 0");
+        let offset: i64 = one(
+            "SELECT (extract(epoch FROM '2026-01-01 00:00:00+00'::timestamptz - clock_timestamp()) * 1000)::bigint - 1000",
+        );
+        run(&format!("SET LOCAL pg_shard_id.test_clock_offset_ms = {offset}"));
+        assert_eq!(sqlstate_of("SELECT next_shard_id('clk', 1)"), "22008");
+        run("SET LOCAL pg_shard_id.test_clock_offset_ms = 0");
+        // an epoch more than 2^40 ms (34.8 years) ago: ids would be negative
+        run("SET LOCAL pg_shard_id.epoch = '1990-01-01 00:00:00+00'");
+        assert_eq!(sqlstate_of("SELECT next_shard_id('clk', 1)"), "22008");
+        run("SET LOCAL pg_shard_id.epoch = '2026-01-01 00:00:00+00'");
+        assert!(one::<i64>("SELECT next_shard_id('clk', 1)") > 0);
+    }
+
+    #[pg_test]
+    fn info_reports_settings_and_the_cluster_guard() {
+        run("SET LOCAL TimeZone = 'UTC'");
+        let (epoch, until, overflow) = Spi::get_three::<String, String, String>(
+            "SELECT epoch::text, positive_until::text, overflow FROM pg_shard_id_info()",
+        )
+        .unwrap();
+        assert_eq!(epoch.as_deref(), Some("2026-01-01 00:00:00+00"));
+        assert_eq!(until.as_deref(), Some("2060-11-03 19:53:47.775+00"));
+        assert_eq!(overflow.as_deref(), Some("wait"));
+        assert_eq!(one::<String>("SELECT guard FROM pg_shard_id_info()"), "cluster");
+        assert_eq!(one::<i32>("SELECT guard_slots FROM pg_shard_id_info()"), 8192);
+        run("SET LOCAL pg_shard_id.overflow = borrow; \
+             SET LOCAL pg_shard_id.epoch = '2011-01-01T00:00:00Z'");
+        assert_eq!(one::<String>("SELECT overflow FROM pg_shard_id_info()"), "borrow");
+        assert_eq!(one::<String>("SELECT epoch::text FROM pg_shard_id_info()"), "2011-01-01 00:00:00+00");
+        // the STABLE decoders follow the setting, the IMMUTABLE overloads do not
+        assert_eq!(
+            one::<bool>(
+                "SELECT shard_id_extract_timestamp(11637205501278089) \
+                      = shard_id_extract_timestamp(11637205501278089, '2011-01-01+00')"
+            ),
+            true
+        );
+    }
+
+    /// Draws `n` ids in one statement (nextval order = `n` order) and checks: no duplicates, and
+    /// the millisecond never decreases in nextval order.
+    fn burst(overflow: &str, n: i64) {
+        run(&format!(
+            "SET LOCAL pg_shard_id.overflow = {overflow}; \
+             CREATE SEQUENCE burst_{overflow}_seq; \
+             CREATE TABLE burst_{overflow} (id bigint DEFAULT next_shard_id('burst_{overflow}_seq', 1), n bigint); \
+             INSERT INTO burst_{overflow} (n) SELECT g FROM generate_series(1, {n}) g"
+        ));
+        assert_eq!(one::<i64>(&format!("SELECT count(DISTINCT id) FROM burst_{overflow}")), n);
+        assert_eq!(
+            one::<i64>(&format!(
+                "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY n) AS prev FROM burst_{overflow}) x \
+                 WHERE (id >> 23) < (prev >> 23)"
+            )),
+            0,
+            "the millisecond went backwards"
+        );
+        // more than 1024 ids per ms were asked for, so the guard had to step in
+        assert!(one::<i64>(&format!("SELECT count(DISTINCT id >> 23) FROM burst_{overflow}")) >= n / 1024);
+    }
+
+    #[pg_test]
+    fn burst_of_3_million_in_wait_mode_has_no_duplicates() {
+        burst("wait", 3_000_000);
+        // wait keeps timestamps true: nothing is ahead of the clock after the statement
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM burst_wait WHERE shard_id_extract_timestamp(id) > clock_timestamp()"),
+            0
+        );
+    }
+
+    #[pg_test]
+    fn burst_of_3_million_in_borrow_mode_has_no_duplicates() {
+        burst("borrow", 3_000_000);
     }
 }

@@ -40,6 +40,8 @@ pub struct Outcome {
     pub clock_stepped_back_by: Option<i64>,
 }
 
+use crate::layout::{check_ms, LayoutError};
+
 const WORDS: usize = 1024 / 64;
 const NEVER: i64 = i64::MIN;
 
@@ -76,22 +78,27 @@ impl GuardState {
     /// Decides the millisecond for an id whose sequence field is `remainder` (`0..1024`), given
     /// the clock reading `now`. Callers that share one guard must read the clock while holding the
     /// guard's lock, so that readings reach the guard in order.
-    pub fn issue(&mut self, now: i64, remainder: u16, overflow: Overflow) -> Outcome {
+    ///
+    /// A clock outside the layout (before the epoch, past the horizon), or a guard that would have
+    /// to move past the horizon, is an error and leaves the guard as it was.
+    pub fn issue(&mut self, now: i64, remainder: u16, overflow: Overflow) -> Result<Outcome, LayoutError> {
         debug_assert!(remainder < 1024);
+        check_ms(now)?;
         let clock_stepped_back_by =
             (self.clock != NEVER && now < self.clock).then(|| self.clock - now);
-        self.clock = now;
 
         if now > self.ms {
             self.start_ms(now);
         } else if self.is_used(remainder) {
             if now == self.ms && overflow == Overflow::Wait {
-                return Outcome { ms: None, waiting_for: self.ms, clock_stepped_back_by };
+                self.clock = now;
+                return Ok(Outcome { ms: None, waiting_for: self.ms, clock_stepped_back_by });
             }
-            self.start_ms(self.ms.saturating_add(1));
+            self.start_ms(check_ms(self.ms + 1)?);
         }
+        self.clock = now;
         self.mark_used(remainder);
-        Outcome { ms: Some(self.ms), waiting_for: self.ms, clock_stepped_back_by }
+        Ok(Outcome { ms: Some(self.ms), waiting_for: self.ms, clock_stepped_back_by })
     }
 
     fn start_ms(&mut self, ms: i64) {
@@ -115,7 +122,7 @@ mod tests {
     use std::collections::HashSet;
 
     fn issued(g: &mut GuardState, now: i64, r: u16, o: Overflow) -> i64 {
-        g.issue(now, r, o).ms.expect("expected an id, not a wait")
+        g.issue(now, r, o).unwrap().ms.expect("expected an id, not a wait")
     }
 
     #[test]
@@ -131,7 +138,7 @@ mod tests {
         let mut g = GuardState::new();
         issued(&mut g, 100, 7, Overflow::Wait);
         assert_eq!(
-            g.issue(100, 7, Overflow::Wait),
+            g.issue(100, 7, Overflow::Wait).unwrap(),
             Outcome { ms: None, waiting_for: 100, clock_stepped_back_by: None }
         );
         assert_eq!(issued(&mut g, 101, 7, Overflow::Wait), 101);
@@ -151,10 +158,10 @@ mod tests {
     fn a_clock_step_back_is_reported_once_and_never_decreases_the_millisecond() {
         let mut g = GuardState::new();
         issued(&mut g, 5_000, 1, Overflow::Wait);
-        let step = g.issue(3_000, 1, Overflow::Wait);
+        let step = g.issue(3_000, 1, Overflow::Wait).unwrap();
         assert_eq!(step.ms, Some(5_001));
         assert_eq!(step.clock_stepped_back_by, Some(2_000));
-        let next = g.issue(3_001, 2, Overflow::Wait);
+        let next = g.issue(3_001, 2, Overflow::Wait).unwrap();
         assert_eq!(next.ms, Some(5_001));
         assert_eq!(next.clock_stepped_back_by, None);
     }
@@ -166,6 +173,20 @@ mod tests {
             assert_eq!(issued(&mut g, 0, r, Overflow::Borrow), 0);
         }
         assert_eq!(issued(&mut g, 0, 0, Overflow::Borrow), 1);
+    }
+
+    #[test]
+    fn a_clock_outside_the_layout_is_refused_without_changing_the_guard() {
+        use crate::layout::MAX_MS;
+        let mut g = GuardState::new();
+        assert_eq!(g.issue(-1, 0, Overflow::Wait), Err(LayoutError::BeforeEpoch(-1)));
+        assert_eq!(g.issue(MAX_MS + 1, 0, Overflow::Wait), Err(LayoutError::PastHorizon(MAX_MS + 1)));
+        assert_eq!(g, GuardState::new());
+        assert_eq!(issued(&mut g, MAX_MS, 0, Overflow::Borrow), MAX_MS);
+        let before = g;
+        assert_eq!(g.issue(MAX_MS, 0, Overflow::Borrow), Err(LayoutError::PastHorizon(MAX_MS + 1)));
+        assert_eq!(g, before, "no room past the horizon, and the guard is unchanged");
+        assert_eq!(issued(&mut g, 5, 1, Overflow::Borrow), MAX_MS, "a free remainder still fits");
     }
 
     /// One step of a random schedule: which clock move, which remainder, which policy.
@@ -200,7 +221,7 @@ mod tests {
                 clock += step.clock_delta;
                 let overflow = if step.borrow { Overflow::Borrow } else { Overflow::Wait };
                 let ms = loop {
-                    match g.issue(clock, step.remainder, overflow).ms {
+                    match g.issue(clock, step.remainder, overflow).unwrap().ms {
                         Some(ms) => break ms,
                         None => clock += 1, // the caller waits for the clock to tick
                     }
@@ -220,7 +241,7 @@ mod tests {
             for (delta, r) in deltas {
                 clock += delta;
                 let ms = loop {
-                    match g.issue(clock, r, Overflow::Wait).ms {
+                    match g.issue(clock, r, Overflow::Wait).unwrap().ms {
                         Some(ms) => break ms,
                         None => clock += 1,
                     }

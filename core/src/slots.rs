@@ -13,6 +13,7 @@
 //!   Otherwise the caller gets [`TableFull`] and raises an error.
 
 use crate::guard::{GuardState, Outcome, Overflow};
+use crate::layout::LayoutError;
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -220,7 +221,7 @@ impl SlotTable {
         remainder: u16,
         overflow: Overflow,
         clock: impl FnOnce() -> i64,
-    ) -> Option<Outcome> {
+    ) -> Option<Result<Outcome, LayoutError>> {
         let slot = self.slot(index);
         let _lock = slot.lock.lock();
         if slot.key.load(Ordering::Relaxed) != key {
@@ -275,7 +276,7 @@ mod tests {
 
     fn issue_now(t: &SlotTable, key: SlotKey, r: u16, now: i64) -> Option<i64> {
         let index = t.slot_for(key, now).unwrap();
-        t.issue(index, key, r, Overflow::Borrow, || now).unwrap().ms
+        t.issue(index, key, r, Overflow::Borrow, || now).unwrap().unwrap().ms
     }
 
     #[test]
@@ -338,6 +339,7 @@ mod tests {
                             let ms = loop {
                                 let out = t
                                     .issue(index, key, r, overflow, || clock.load(Ordering::Relaxed))
+                                    .unwrap()
                                     .unwrap();
                                 match out.ms {
                                     Some(ms) => break ms,
