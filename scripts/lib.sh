@@ -1,0 +1,95 @@
+# Shared by try.sh, test.sh, bench.sh and the cluster tests: set-up, install, throwaway clusters.
+# Source it; it does nothing by itself. Every step is idempotent and quick when already done.
+
+set -euo pipefail
+
+REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+PG_MAJOR=15
+PG_BIN="/usr/lib/postgresql/$PG_MAJOR/bin"
+PG_CONFIG="$PG_BIN/pg_config"
+PGRX_VERSION=0.18.0
+# Throwaway clusters live here, one folder each; override to keep them elsewhere.
+RUN_DIR="${PG_SHARD_ID_RUN_DIR:-/tmp/pg_shard_id}"
+
+say() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
+
+# Runs a command as the postgres OS user (initdb and the server refuse root) or as is otherwise.
+as_pg() {
+    if [ "$(id -u)" = 0 ]; then sudo -u postgres -- "$@"; else "$@"; fi
+}
+
+# Installs what is missing: Debian packages, cargo-pgrx, pgrx's config for the system PostgreSQL.
+ensure_setup() {
+    local sudo=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    local pkgs=(postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-contrib libclang-dev clang sudo python3)
+    local missing=()
+    for p in "${pkgs[@]}"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    if [ ${#missing[@]} -gt 0 ]; then
+        say "installing ${missing[*]}"
+        $sudo apt-get update -qq
+        DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq "${missing[@]}" >/dev/null
+    fi
+    # Debian starts a "main" cluster on 5432 on install; ours use their own ports, so it may stay.
+    if ! cargo pgrx --version 2>/dev/null | grep -q "$PGRX_VERSION"; then
+        say "installing cargo-pgrx $PGRX_VERSION (takes ~8 minutes once)"
+        cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
+    fi
+    if ! grep -qs "pg$PG_MAJOR" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
+        say "pointing pgrx at the system PostgreSQL $PG_MAJOR"
+        cargo pgrx init --pg$PG_MAJOR "$PG_CONFIG"
+    fi
+}
+
+# Builds and installs the extension into the system PostgreSQL. $1: "release" (default) or "test"
+# (adds the pg_test feature: the controllable test clock).
+install_extension() {
+    local kind="${1:-release}" args=(--pg-config "$PG_CONFIG")
+    [ "$kind" = test ] && args+=(--features pg_test) || args+=(--release)
+    [ "$(id -u)" = 0 ] || args+=(--sudo)
+    say "building and installing pg_shard_id ($kind build)"
+    mkdir -p "$RUN_DIR"
+    (cd "$REPO" && cargo pgrx install "${args[@]}") >"$RUN_DIR/install.log" 2>&1 ||
+        { cat "$RUN_DIR/install.log"; return 1; }
+}
+
+free_port() {
+    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+
+# start_cluster NAME [preload=yes|no] [extra postgresql.conf lines...]
+# (Re)creates a throwaway cluster in $RUN_DIR/NAME, owned by postgres, on a free port, and exports
+# PGHOST, PGPORT, PGUSER, PGDATABASE for psql/pgbench.
+start_cluster() {
+    local name="$1" preload="${2:-yes}"
+    shift 2 || shift $#
+    local dir="$RUN_DIR/$name"
+    stop_cluster "$name"
+    mkdir -p "$RUN_DIR"
+    chmod 755 "$RUN_DIR"
+    rm -rf "$dir"
+    mkdir -p "$dir"
+    [ "$(id -u)" = 0 ] && chown postgres: "$dir"
+    as_pg "$PG_BIN/initdb" -D "$dir/data" -U postgres --auth=trust --encoding=UTF8 --locale=C.UTF-8 >"$dir/initdb.log"
+    local port
+    port="$(free_port)"
+    {
+        echo "port = $port"
+        echo "listen_addresses = '127.0.0.1'"
+        echo "unix_socket_directories = '$dir'"
+        echo "max_connections = 50"
+        [ "$preload" = yes ] && echo "shared_preload_libraries = 'pg_shard_id'"
+        for line in "$@"; do echo "$line"; done
+    } | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+    as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null
+    export PGHOST="$dir" PGPORT="$port" PGUSER=postgres PGDATABASE=postgres
+}
+
+stop_cluster() {
+    local dir="$RUN_DIR/$1"
+    if [ -f "$dir/data/postmaster.pid" ]; then
+        as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -m immediate -w stop >/dev/null 2>&1 || true
+    fi
+}
