@@ -46,8 +46,8 @@ ensure_setup() {
 # Builds and installs the extension into the system PostgreSQL. $1: "release" (default) or "test"
 # (adds the pg_test feature: the controllable test clock).
 install_extension() {
-    local kind="${1:-release}" args=(--pg-config "$PG_CONFIG")
-    [ "$kind" = test ] && args+=(--features pg_test) || args+=(--release)
+    local kind="${1:-release}" args=(--pg-config "$PG_CONFIG" --release)
+    [ "$kind" = test ] && args+=(--features pg_test)
     [ "$(id -u)" = 0 ] || args+=(--sudo)
     say "building and installing pg_shard_id ($kind build)"
     mkdir -p "$RUN_DIR"

@@ -140,16 +140,11 @@ pub fn register() {
         GucContext::Suset,
         GucFlags::default(),
     );
-    GucRegistry::define_int_guc(
-        c"pg_shard_id.max_sequences",
-        c"Sequences the cluster-wide uniqueness guard can track at once.",
-        c"One slot of about 160 bytes of shared memory per sequence. Needs a restart.",
-        &MAX_SEQUENCES,
-        MAX_SEQUENCES_RANGE.0,
-        MAX_SEQUENCES_RANGE.1,
-        GucContext::Postmaster,
-        GucFlags::default(),
-    );
+    // A PGC_POSTMASTER setting can only be defined while the postmaster loads the library
+    // (defining it later is FATAL); without preloading the per-session table uses the default.
+    if unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
+        define_max_sequences();
+    }
     #[cfg(feature = "pg_test")]
     GucRegistry::define_float_guc(
         c"pg_shard_id.test_clock_offset_ms",
@@ -162,6 +157,19 @@ pub fn register() {
         GucFlags::default(),
     );
     unsafe { reserve_prefix() };
+}
+
+fn define_max_sequences() {
+    GucRegistry::define_int_guc(
+        c"pg_shard_id.max_sequences",
+        c"Sequences the cluster-wide uniqueness guard can track at once.",
+        c"One slot of about 160 bytes of shared memory per sequence. Needs a restart.",
+        &MAX_SEQUENCES,
+        MAX_SEQUENCES_RANGE.0,
+        MAX_SEQUENCES_RANGE.1,
+        GucContext::Postmaster,
+        GucFlags::default(),
+    );
 }
 
 #[cfg(any(feature = "pg13", feature = "pg14"))]
