@@ -7,11 +7,15 @@
 //!   says so with a NOTICE and `pg_shard_id_info()` reports it.
 //!
 //! The shared table is sized by `pg_shard_id.max_sequences` and is created anew when the server
-//! (re)starts, including the restart after a backend crash.
+//! (re)starts, including the restart after a backend crash. Ids issued ahead of the clock are first
+//! covered by the lease file `$PGDATA/pg_shard_id.lease` (see `pg_shard_id_core::lease`), whose
+//! value becomes the floor under the new table's guards.
 
 use crate::settings;
 use pg_shard_id_core::guard::Overflow;
+use pg_shard_id_core::lease;
 use pg_shard_id_core::slots::{OwnedSlotTable, SlotKey, SlotTable, TableFull};
+use std::path::Path;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -39,6 +43,9 @@ pub fn mode() -> &'static str {
         "session"
     }
 }
+
+/// The lease file, relative to the data directory (every server process runs there).
+const LEASE_FILE: &str = "pg_shard_id.lease";
 
 fn with_table<R>(f: impl FnOnce(&SlotTable) -> R) -> R {
     // SAFETY: SHARED is written once, in the postmaster before any backend exists.
@@ -73,7 +80,8 @@ pub fn issue_ms(
         let index = match SLOT_OF.with(|m| m.borrow().get(&key).copied()) {
             Some(index) => index,
             None => {
-                let index = table.slot_for(key, clock()).unwrap_or_else(|e| table_full(e));
+                let floor = table.floor().saturating_sub(epoch_unix_ms);
+                let index = table.slot_for(key, clock(), floor).unwrap_or_else(|e| table_full(e));
                 SLOT_OF.with(|m| m.borrow_mut().insert(key, index));
                 index
             }
@@ -88,17 +96,44 @@ pub fn issue_ms(
             warn_clock_step(key, step, outcome.waiting_for);
         }
         match outcome.ms {
-            Some(ms) => break ms,
-            None => {
-                // `wait`: all 1024 remainders of this millisecond are taken and the clock is in it.
-                // It ticks within a millisecond, so spin (sleeping would oversleep by far more).
-                while clock() <= outcome.waiting_for {
-                    pgrx::check_for_interrupts!();
-                    std::hint::spin_loop();
+            Some(ms) => {
+                if ms > outcome.clock && mode() == "cluster" {
+                    cover_by_lease(table, ms + epoch_unix_ms);
                 }
+                break ms;
             }
+            None => wait_until_past(outcome.waiting_for, &clock),
         }
     })
+}
+
+/// `wait`: every remainder of the guard's millisecond is taken. Usually the clock is in that
+/// millisecond and ticks within one, so spin (a sleep would oversleep by far more); if `borrow`
+/// left the guard further ahead, sleep in short steps.
+fn wait_until_past(ms: i64, clock: &impl Fn() -> i64) {
+    loop {
+        let now = clock();
+        if now > ms {
+            return;
+        }
+        pgrx::check_for_interrupts!();
+        if ms - now > 2 {
+            unsafe { pg_sys::pg_usleep(500) };
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+/// Makes the lease cover an id that is ahead of the clock before the id is returned.
+fn cover_by_lease(table: &SlotTable, unix_ms: i64) {
+    if let Err(e) = lease::cover(Path::new(LEASE_FILE), table.lease(), unix_ms) {
+        crate::errors::raise_with_hint(
+            PgSqlErrorCode::ERRCODE_IO_ERROR,
+            format!("pg_shard_id: could not write the lease file \"{LEASE_FILE}\": {e}"),
+            "Ids ahead of the clock must be recorded before they are used; check the data directory.",
+        );
+    }
 }
 
 fn table_full(e: TableFull) -> ! {
@@ -192,7 +227,16 @@ unsafe extern "C-unwind" fn shmem_startup() {
         let table = if found {
             SlotTable::attach(mem)
         } else {
-            SlotTable::init_in(mem, settings::max_sequences())
+            let table = SlotTable::init_in(mem, settings::max_sequences());
+            match lease::read(Path::new(LEASE_FILE)) {
+                Ok(Some(floor)) => table.set_floor(floor),
+                Ok(None) => {}
+                Err(e) => {
+                    // An unreadable lease is a lost floor: refuse to start rather than risk repeats.
+                    pgrx::error!("pg_shard_id: cannot read \"{LEASE_FILE}\": {e}; fix or remove it");
+                }
+            }
+            table
         };
         *std::ptr::addr_of_mut!(SHARED) = Some(table);
         pg_sys::LWLockRelease(init_lock);

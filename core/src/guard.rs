@@ -6,12 +6,14 @@
 //! (millisecond, remainder) pair twice:
 //!
 //! * the clock moved past the guard's millisecond: start a fresh millisecond;
-//! * the remainder is free in the guard's millisecond: take it;
-//! * it is taken and the clock is still *in* that millisecond: [`Overflow::Wait`] asks the caller
-//!   to wait for the clock to tick, [`Overflow::Borrow`] moves on to the next millisecond at once;
-//! * it is taken and the clock is *behind* the guard (the clock stepped back, or `borrow` ran
-//!   ahead): move on to the next millisecond at once. Waiting for a clock that stepped back could
-//!   take hours, so the guard never does.
+//! * the remainder is free in the guard's millisecond: take it (even if that millisecond is ahead
+//!   of the clock);
+//! * it is taken: [`Overflow::Borrow`] moves on to the next millisecond at once;
+//!   [`Overflow::Wait`] asks the caller to wait until the clock passes the guard's millisecond, so
+//!   `wait` never runs ahead of the clock by itself;
+//! * except while *recovering*: after the clock stepped back (or after a restart whose floor is
+//!   ahead of the clock), both policies move on at once until the clock catches up. Waiting for a
+//!   clock that stepped back could take hours, so the guard never does.
 //!
 //! The issued millisecond therefore never decreases, whatever the clock does. All values here are
 //! milliseconds since the id epoch (the id's own timestamp field), so even a change of epoch cannot
@@ -38,6 +40,8 @@ pub struct Outcome {
     /// The clock reading was this many ms behind the previous reading seen by this guard. Reported
     /// once per step, by the call that first sees it.
     pub clock_stepped_back_by: Option<i64>,
+    /// The clock reading the decision was made with.
+    pub clock: i64,
 }
 
 use crate::layout::{check_ms, LayoutError};
@@ -54,6 +58,9 @@ pub struct GuardState {
     ms: i64,
     /// The last clock reading seen ([`i64::MIN`] before the first id).
     clock: i64,
+    /// 1 while the guard is ahead of a clock that stepped back (or of a restart floor): no
+    /// waiting until the clock passes `ms`. (A `u64` to keep the layout free of padding.)
+    recovering: u64,
     /// Remainders already issued in `ms`, one bit each.
     used: [u64; WORDS],
 }
@@ -67,7 +74,14 @@ impl Default for GuardState {
 impl GuardState {
     /// A guard that has issued nothing.
     pub const fn new() -> Self {
-        GuardState { ms: NEVER, clock: NEVER, used: [0; WORDS] }
+        GuardState { ms: NEVER, clock: NEVER, recovering: 0, used: [0; WORDS] }
+    }
+
+    /// A guard that must not issue below millisecond `floor`: for a sequence first seen after a
+    /// restart, when ids made before it may be ahead of the clock. It behaves as if recovering
+    /// from a clock step until the clock passes `floor`.
+    pub const fn with_floor(floor: i64) -> Self {
+        GuardState { ms: floor, clock: NEVER, recovering: 1, used: [0; WORDS] }
     }
 
     /// The last millisecond issued, if any.
@@ -86,19 +100,25 @@ impl GuardState {
         check_ms(now)?;
         let clock_stepped_back_by =
             (self.clock != NEVER && now < self.clock).then(|| self.clock - now);
+        let outcome = |ms, waiting_for| Outcome { ms, waiting_for, clock_stepped_back_by, clock: now };
 
         if now > self.ms {
             self.start_ms(now);
+            self.recovering = 0;
         } else if self.is_used(remainder) {
-            if now == self.ms && overflow == Overflow::Wait {
+            let recovering = self.recovering != 0 || clock_stepped_back_by.is_some();
+            if overflow == Overflow::Wait && !recovering {
                 self.clock = now;
-                return Ok(Outcome { ms: None, waiting_for: self.ms, clock_stepped_back_by });
+                return Ok(outcome(None, self.ms));
             }
             self.start_ms(check_ms(self.ms + 1)?);
         }
+        if clock_stepped_back_by.is_some() {
+            self.recovering = 1;
+        }
         self.clock = now;
         self.mark_used(remainder);
-        Ok(Outcome { ms: Some(self.ms), waiting_for: self.ms, clock_stepped_back_by })
+        Ok(outcome(Some(self.ms), self.ms))
     }
 
     fn start_ms(&mut self, ms: i64) {
@@ -139,7 +159,7 @@ mod tests {
         issued(&mut g, 100, 7, Overflow::Wait);
         assert_eq!(
             g.issue(100, 7, Overflow::Wait).unwrap(),
-            Outcome { ms: None, waiting_for: 100, clock_stepped_back_by: None }
+            Outcome { ms: None, waiting_for: 100, clock_stepped_back_by: None, clock: 100 }
         );
         assert_eq!(issued(&mut g, 101, 7, Overflow::Wait), 101);
     }
@@ -151,7 +171,28 @@ mod tests {
         assert_eq!(issued(&mut g, 100, 7, Overflow::Borrow), 101);
         // the clock is now behind the guard: free remainders stay in the borrowed millisecond
         assert_eq!(issued(&mut g, 100, 8, Overflow::Borrow), 101);
-        assert_eq!(issued(&mut g, 100, 8, Overflow::Wait), 102, "never waits when ahead of the clock");
+        // wait uses the free room borrow made, but does not grow the lead: it waits for the clock
+        assert_eq!(issued(&mut g, 100, 9, Overflow::Wait), 101);
+        assert_eq!(g.issue(100, 8, Overflow::Wait).unwrap().ms, None);
+        assert_eq!(issued(&mut g, 102, 8, Overflow::Wait), 102);
+    }
+
+    #[test]
+    fn wait_mode_never_waits_for_a_clock_that_stepped_back() {
+        let mut g = GuardState::new();
+        issued(&mut g, 5_000, 1, Overflow::Wait);
+        assert_eq!(issued(&mut g, 3_000, 1, Overflow::Wait), 5_001);
+        assert_eq!(issued(&mut g, 3_001, 1, Overflow::Wait), 5_002, "still recovering");
+        assert_eq!(issued(&mut g, 5_003, 1, Overflow::Wait), 5_003, "caught up");
+        assert_eq!(g.issue(5_003, 1, Overflow::Wait).unwrap().ms, None, "waits again");
+    }
+
+    #[test]
+    fn a_floor_keeps_a_fresh_guard_above_ids_made_before_a_restart() {
+        let mut g = GuardState::with_floor(9_000);
+        assert_eq!(issued(&mut g, 1_000, 4, Overflow::Wait), 9_000);
+        assert_eq!(issued(&mut g, 1_000, 4, Overflow::Wait), 9_001, "no waiting below the floor");
+        assert_eq!(issued(&mut g, 9_500, 4, Overflow::Wait), 9_500);
     }
 
     #[test]
@@ -160,6 +201,7 @@ mod tests {
         issued(&mut g, 5_000, 1, Overflow::Wait);
         let step = g.issue(3_000, 1, Overflow::Wait).unwrap();
         assert_eq!(step.ms, Some(5_001));
+        assert_eq!(step.clock, 3_000);
         assert_eq!(step.clock_stepped_back_by, Some(2_000));
         let next = g.issue(3_001, 2, Overflow::Wait).unwrap();
         assert_eq!(next.ms, Some(5_001));
@@ -229,6 +271,30 @@ mod tests {
                 prop_assert!(ms >= last, "millisecond went back from {} to {}", last, ms);
                 prop_assert!(seen.insert((ms, step.remainder)), "repeat of ({}, {})", ms, step.remainder);
                 last = ms;
+            }
+        }
+
+        /// With a clock that never steps back, `wait` never issues ahead of the clock by itself:
+        /// only free room that `borrow` made ahead of it is used.
+        #[test]
+        fn wait_never_grows_a_lead(
+            schedule in proptest::collection::vec((0i64..3, 0u16..64, any::<bool>()), 1..3000)
+        ) {
+            let mut g = GuardState::new();
+            let mut clock = 0i64;
+            for (delta, r, borrow) in schedule {
+                clock += delta;
+                let overflow = if borrow { Overflow::Borrow } else { Overflow::Wait };
+                let before = g.last_ms().unwrap_or(i64::MIN);
+                let ms = loop {
+                    match g.issue(clock, r, overflow).unwrap().ms {
+                        Some(ms) => break ms,
+                        None => clock += 1,
+                    }
+                };
+                if !borrow {
+                    prop_assert!(ms <= clock.max(before), "wait ran ahead: {} > {}", ms, clock.max(before));
+                }
             }
         }
 

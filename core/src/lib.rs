@@ -5,5 +5,6 @@
 
 pub mod guard;
 pub mod layout;
+pub mod lease;
 pub mod slots;
 pub mod time;

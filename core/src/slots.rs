@@ -16,7 +16,7 @@ use crate::guard::{GuardState, Outcome, Overflow};
 use crate::layout::LayoutError;
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
-use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 /// A slot whose last id is older than this (in ms) may be given to another sequence when the
 /// table is full.
@@ -72,6 +72,10 @@ impl Drop for SpinGuard<'_> {
 struct Header {
     capacity: usize,
     in_use: AtomicUsize,
+    /// The lease written so far (Unix ms), see [`crate::lease`].
+    lease: AtomicI64,
+    /// The lease found at start-up (Unix ms): the floor under every fresh guard.
+    floor: AtomicI64,
     claim_lock: SpinLock,
 }
 
@@ -126,6 +130,8 @@ impl SlotTable {
             header.write(Header {
                 capacity,
                 in_use: AtomicUsize::new(0),
+                lease: AtomicI64::new(i64::MIN),
+                floor: AtomicI64::new(i64::MIN),
                 claim_lock: SpinLock(AtomicU32::new(0)),
             });
             let slots = mem.add(slots_offset()).cast::<Slot>();
@@ -167,14 +173,32 @@ impl SlotTable {
         self.header().capacity
     }
 
+    /// The lease written so far, in Unix ms (shared by every process).
+    pub fn lease(&self) -> &AtomicI64 {
+        &self.header().lease
+    }
+
+    /// Sets the floor (Unix ms) under guards created from now on, and the lease to match.
+    pub fn set_floor(&self, unix_ms: i64) {
+        self.header().floor.store(unix_ms, Ordering::Relaxed);
+        self.header().lease.fetch_max(unix_ms, Ordering::AcqRel);
+    }
+
+    /// The floor under fresh guards, in Unix ms (`i64::MIN` for none).
+    pub fn floor(&self) -> i64 {
+        self.header().floor.load(Ordering::Relaxed)
+    }
+
     /// Number of slots that hold a sequence.
     pub fn in_use(&self) -> usize {
         self.header().in_use.load(Ordering::Relaxed)
     }
 
     /// The slot that holds `key`, claiming one if there is none. `now` (a clock reading in the
-    /// guard's units) decides which slots are old enough to reuse when the table is full.
-    pub fn slot_for(&self, key: SlotKey, now: i64) -> Result<usize, TableFull> {
+    /// guard's units) decides which slots are old enough to reuse when the table is full; a slot
+    /// claimed while `floor` is ahead of `now` starts with [`GuardState::with_floor`].
+    pub fn slot_for(&self, key: SlotKey, now: i64, floor: i64) -> Result<usize, TableFull> {
+        let fresh = if floor > now { GuardState::with_floor(floor) } else { GuardState::new() };
         assert_ne!(key, 0, "slot key 0 is reserved for empty slots");
         let header = self.header();
         let capacity = header.capacity;
@@ -186,6 +210,8 @@ impl SlotTable {
             match slot.key.load(Ordering::Acquire) {
                 k if k == key => return Ok(index),
                 0 => {
+                    let _lock = slot.lock.lock();
+                    unsafe { *slot.state.get() = fresh };
                     slot.key.store(key, Ordering::Release);
                     header.in_use.fetch_add(1, Ordering::Relaxed);
                     return Ok(index);
@@ -208,7 +234,7 @@ impl SlotTable {
         let slot = self.slot(index);
         let _lock = slot.lock.lock();
         slot.key.store(key, Ordering::Release);
-        unsafe { *slot.state.get() = GuardState::new() };
+        unsafe { *slot.state.get() = fresh };
         Ok(index)
     }
 
@@ -275,7 +301,7 @@ mod tests {
     use std::sync::Arc;
 
     fn issue_now(t: &SlotTable, key: SlotKey, r: u16, now: i64) -> Option<i64> {
-        let index = t.slot_for(key, now).unwrap();
+        let index = t.slot_for(key, now, i64::MIN).unwrap();
         t.issue(index, key, r, Overflow::Borrow, || now).unwrap().unwrap().ms
     }
 
@@ -284,8 +310,8 @@ mod tests {
         let owned = OwnedSlotTable::new(4);
         let t = owned.table();
         let (a, b) = (slot_key(1, 100), slot_key(1, 101));
-        assert_eq!(t.slot_for(a, 0), t.slot_for(a, 0));
-        assert_ne!(t.slot_for(a, 0), t.slot_for(b, 0));
+        assert_eq!(t.slot_for(a, 0, i64::MIN), t.slot_for(a, 0, i64::MIN));
+        assert_ne!(t.slot_for(a, 0, i64::MIN), t.slot_for(b, 0, i64::MIN));
         assert_eq!(t.in_use(), 2);
         assert_eq!(issue_now(t, a, 5, 10), Some(10));
         assert_eq!(issue_now(t, b, 5, 10), Some(10), "another sequence has its own remainders");
@@ -299,12 +325,25 @@ mod tests {
         let t = owned.table();
         issue_now(t, slot_key(1, 1), 0, 1_000);
         issue_now(t, slot_key(1, 2), 0, 50_000);
-        assert_eq!(t.slot_for(slot_key(1, 3), 60_000), Err(TableFull { capacity: 2 }));
-        let reused = t.slot_for(slot_key(1, 3), 61_001).unwrap();
+        assert_eq!(t.slot_for(slot_key(1, 3), 60_000, i64::MIN), Err(TableFull { capacity: 2 }));
+        let reused = t.slot_for(slot_key(1, 3), 61_001, i64::MIN).unwrap();
         assert_eq!(t.in_use(), 2);
         // the evicted key's cached index no longer answers for it
         assert!(t.issue(reused, slot_key(1, 1), 0, Overflow::Wait, || 61_001).is_none());
         assert_eq!(t.last_ms(slot_key(1, 2)), Some(50_000));
+    }
+
+    #[test]
+    fn slots_claimed_below_the_floor_start_at_the_floor() {
+        let owned = OwnedSlotTable::new(4);
+        let t = owned.table();
+        t.set_floor(7_000);
+        assert_eq!(t.floor(), 7_000);
+        assert_eq!(t.lease().load(Ordering::Relaxed), 7_000);
+        let index = t.slot_for(slot_key(1, 1), 100, t.floor()).unwrap();
+        assert_eq!(t.issue(index, slot_key(1, 1), 3, Overflow::Wait, || 100).unwrap().unwrap().ms, Some(7_000));
+        let index = t.slot_for(slot_key(1, 2), 8_000, t.floor()).unwrap();
+        assert_eq!(t.issue(index, slot_key(1, 2), 3, Overflow::Wait, || 8_000).unwrap().unwrap().ms, Some(8_000));
     }
 
     /// Threads stand in for backends: each draws from one shared "sequence" (a CACHE-like
@@ -335,7 +374,7 @@ mod tests {
                             } else if i % 64 == 0 {
                                 clock.fetch_add(1, Ordering::Relaxed);
                             }
-                            let index = t.slot_for(key, 0).unwrap();
+                            let index = t.slot_for(key, 0, i64::MIN).unwrap();
                             let ms = loop {
                                 let out = t
                                     .issue(index, key, r, overflow, || clock.load(Ordering::Relaxed))

@@ -95,32 +95,35 @@ test_not_preloaded() {
 }
 
 test_crash_restart() {
-    say "a backend is killed with SIGKILL after a borrow burst; the server restarts; the burst goes on"
+    say "SIGKILL right after a borrow burst ran ahead of the clock; the server restarts; the burst goes on"
     start_cluster crash yes "pg_shard_id.overflow = borrow" "restart_after_crash = on"
     setup_db ""
-    # Generate 3,000,000 ids at full speed before storing them, so that borrow runs ahead of the
-    # clock (the layout holds 1,024 per ms); then crash at once, while the lead is still there.
-    q -c "INSERT INTO t (id) SELECT unnest(array(SELECT next_shard_id('s', 1) FROM generate_series(1, 3000000)))"
-    local lead; lead="$(q -c "SELECT (max(id) >> 23) - (extract(epoch FROM clock_timestamp() - '2026-01-01+00') * 1000)::bigint FROM t")"
-    echo "  ids run ${lead} ms ahead of the clock at the crash"
+    # 6,000,000 ids at full speed straight to a file: borrow runs seconds ahead of the clock (the
+    # layout holds 1,024 per ms); then crash at once, while that lead is still there.
+    q -c "COPY (SELECT next_shard_id('s', 1) FROM generate_series(1, 6000000)) TO '$PGHOST/before.txt'"
+    local crash_ms; crash_ms="$(date +%s%3N)"
     psql -X -q -c "SELECT pg_sleep(60)" >/dev/null 2>&1 &
     local victim=""
-    for _ in $(seq 50); do
-        victim="$(q -c "SELECT pid FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(60)%' AND pid <> pg_backend_pid()")"
+    for _ in $(seq 100); do
+        victim="$(q -c "SELECT pid FROM pg_stat_activity WHERE query LIKE 'SELECT pg_sleep(60)%'")"
         [ -n "$victim" ] && break
-        sleep 0.1
+        sleep 0.02
     done
     kill -9 "$victim"
     wait || true
-    for _ in $(seq 300); do
-        pg_isready -q && q -c "SELECT 1" >/dev/null 2>&1 && break
-        sleep 0.05
+    for _ in $(seq 600); do
+        q -c "SELECT 1" >/dev/null 2>&1 && break
+        sleep 0.02
     done
     check "crash: the server restarted after SIGKILL" \
         "$(grep -c 'terminated by signal 9' "$PGHOST/server.log")" 1
-    q -c "INSERT INTO t (id) SELECT unnest(array(SELECT next_shard_id('s', 1) FROM generate_series(1, 1000000)))"
-    check "crash: ids kept across the restart" "$(q -c "SELECT count(*) FROM t")" 4000000
+    q -c "COPY (SELECT next_shard_id('s', 1) FROM generate_series(1, 1000000)) TO '$PGHOST/after.txt'"
+    q -c "COPY t (id) FROM '$PGHOST/before.txt'" -c "COPY t (id) FROM '$PGHOST/after.txt'"
+    echo "  at the crash the last id was $(q -c "SELECT (max(id) >> 23) + 1767225600000 - $crash_ms FROM t WHERE n <= 6000000") ms ahead of the clock;" \
+         "after the restart ids start $(q -c "SELECT (min(id) FILTER (WHERE n > 6000000) >> 23) - (max(id) FILTER (WHERE n <= 6000000) >> 23) FROM t") ms after the last one"
+    check "crash: ids from both sides of the crash" "$(q -c "SELECT count(*) FROM t")" 7000000
     check "crash: duplicates across the crash" "$(dups t)" 0
+    check "crash: the lease file exists" "$(as_pg test -s "$PGHOST/data/pg_shard_id.lease" && echo yes)" yes
     stop_cluster crash
 }
 
