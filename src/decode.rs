@@ -59,12 +59,19 @@ fn timestamp_of(id: i64, epoch_ms: i64) -> TimestampWithTimeZone {
 
 fn compose_at(ts: TimestampWithTimeZone, shard: i32, seq: i32, epoch_ms: i64) -> i64 {
     let ms = ms_since_epoch(ts, epoch_ms, false);
-    let parts = IdParts { ms, shard: i64::from(shard), seq: i64::from(seq) };
+    let parts = IdParts {
+        ms,
+        shard: i64::from(shard),
+        seq: i64::from(seq),
+    };
     or_raise(layout::compose(parts), epoch_ms)
 }
 
 fn lower_bound_at(ts: TimestampWithTimeZone, epoch_ms: i64) -> i64 {
-    or_raise(layout::lower_bound(ms_since_epoch(ts, epoch_ms, true)), epoch_ms)
+    or_raise(
+        layout::lower_bound(ms_since_epoch(ts, epoch_ms, true)),
+        epoch_ms,
+    )
 }
 
 /// The time an id was made, to the millisecond, by the epoch in force.
@@ -89,7 +96,10 @@ fn shard_id_extract_timestamp(id: i64) -> TimestampWithTimeZone {
 /// ```
 /// Errors: 22003 for a negative id; 22023 for an epoch that is infinite or finer than 1 ms.
 #[pg_extern(immutable, strict, parallel_safe, name = "shard_id_extract_timestamp")]
-fn shard_id_extract_timestamp_epoch(id: i64, epoch: TimestampWithTimeZone) -> TimestampWithTimeZone {
+fn shard_id_extract_timestamp_epoch(
+    id: i64,
+    epoch: TimestampWithTimeZone,
+) -> TimestampWithTimeZone {
     timestamp_of(id, epoch_arg(epoch))
 }
 

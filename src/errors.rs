@@ -36,7 +36,8 @@ pub fn raise(error: LayoutError, epoch_unix_ms: i64) -> ! {
         ),
         LayoutError::NegativeId(_) => (
             ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-            "pg_shard_id never issues negative ids; this value was made some other way.".to_string(),
+            "pg_shard_id never issues negative ids; this value was made some other way."
+                .to_string(),
         ),
     };
     ErrorReport::new(code, error.to_string(), "pg_shard_id")
@@ -47,6 +48,8 @@ pub fn raise(error: LayoutError, epoch_unix_ms: i64) -> ! {
 
 /// Raises an ERROR with `code`, `message` and `hint`.
 pub fn raise_with_hint(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
-    ErrorReport::new(code, message, "pg_shard_id").set_hint(hint).report(PgLogLevel::ERROR);
+    ErrorReport::new(code, message, "pg_shard_id")
+        .set_hint(hint)
+        .report(PgLogLevel::ERROR);
     unreachable!("ERROR does not return")
 }

@@ -50,5 +50,10 @@ fn next_shard_id(seq: pg_sys::Oid, shard: i32) -> i64 {
     let ms = guard_table::issue_ms(key, remainder as u16, settings::overflow(), epoch, || {
         clock::now_since_epoch(epoch)
     });
-    compose(IdParts { ms, shard, seq: remainder }).unwrap_or_else(|e| errors::raise(e, epoch))
+    compose(IdParts {
+        ms,
+        shard,
+        seq: remainder,
+    })
+    .unwrap_or_else(|e| errors::raise(e, epoch))
 }

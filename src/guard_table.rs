@@ -15,10 +15,10 @@ use crate::settings;
 use pg_shard_id_core::guard::Overflow;
 use pg_shard_id_core::lease;
 use pg_shard_id_core::slots::{OwnedSlotTable, SlotKey, SlotTable, TableFull};
-use std::path::Path;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::OnceLock;
 
 /// The cluster-wide table, set in the postmaster by the shared-memory startup hook and inherited
@@ -55,7 +55,12 @@ fn with_table<R>(f: impl FnOnce(&SlotTable) -> R) -> R {
             if unsafe { PRELOADED } {
                 error!("pg_shard_id: the shared guard table was not created");
             }
-            SESSION.with(|s| f(s.get_or_init(|| OwnedSlotTable::new(settings::max_sequences())).table()))
+            SESSION.with(|s| {
+                f(
+                    s.get_or_init(|| OwnedSlotTable::new(settings::max_sequences()))
+                        .table(),
+                )
+            })
         }
     }
 }
@@ -81,7 +86,9 @@ pub fn issue_ms(
             Some(index) => index,
             None => {
                 let floor = table.floor().saturating_sub(epoch_unix_ms);
-                let index = table.slot_for(key, clock(), floor).unwrap_or_else(|e| table_full(e));
+                let index = table
+                    .slot_for(key, clock(), floor)
+                    .unwrap_or_else(|e| table_full(e));
                 SLOT_OF.with(|m| m.borrow_mut().insert(key, index));
                 index
             }
@@ -154,7 +161,9 @@ fn warn_clock_step(key: SlotKey, step_ms: i64, guard_ms: i64) {
         if name.is_null() {
             format!("oid {}", sequence.to_u32())
         } else {
-            std::ffi::CStr::from_ptr(name).to_string_lossy().into_owned()
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
         }
     };
     pgrx::pg_sys::panic::ErrorReport::new(
@@ -223,7 +232,11 @@ unsafe extern "C-unwind" fn shmem_startup() {
         let mut found = false;
         let mem = pg_sys::ShmemInitStruct(c"pg_shard_id guard".as_ptr(), table_bytes(), &mut found)
             .cast::<u8>();
-        assert_eq!(mem as usize % SlotTable::align(), 0, "shared memory is not aligned");
+        assert_eq!(
+            mem as usize % SlotTable::align(),
+            0,
+            "shared memory is not aligned"
+        );
         let table = if found {
             SlotTable::attach(mem)
         } else {
@@ -233,7 +246,9 @@ unsafe extern "C-unwind" fn shmem_startup() {
                 Ok(None) => {}
                 Err(e) => {
                     // An unreadable lease is a lost floor: refuse to start rather than risk repeats.
-                    pgrx::error!("pg_shard_id: cannot read \"{LEASE_FILE}\": {e}; fix or remove it");
+                    pgrx::error!(
+                        "pg_shard_id: cannot read \"{LEASE_FILE}\": {e}; fix or remove it"
+                    );
                 }
             }
             table

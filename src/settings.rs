@@ -14,8 +14,8 @@ use pg_shard_id_core::guard::Overflow;
 use pg_shard_id_core::time::{parse_epoch, wall_clock_unix_ms, DEFAULT_EPOCH_UNIX_MS};
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
-use std::sync::atomic::{AtomicI64, Ordering};
 use std::ffi::{c_char, c_void, CStr, CString};
+use std::sync::atomic::{AtomicI64, Ordering};
 
 /// `pg_shard_id.overflow`: what happens when a millisecond has no free remainder left.
 #[derive(PostgresGucEnum, Clone, Copy, PartialEq, Eq, Debug)]
@@ -63,14 +63,18 @@ pub fn overflow_name() -> &'static str {
 
 /// Slots in the cluster-wide guard table (fixed at server start).
 pub fn max_sequences() -> usize {
-    MAX_SEQUENCES.get().clamp(MAX_SEQUENCES_RANGE.0, MAX_SEQUENCES_RANGE.1) as usize
+    MAX_SEQUENCES
+        .get()
+        .clamp(MAX_SEQUENCES_RANGE.0, MAX_SEQUENCES_RANGE.1) as usize
 }
 
 unsafe fn text_of(value: *const c_char) -> String {
     if value.is_null() {
         String::new()
     } else {
-        unsafe { CStr::from_ptr(value) }.to_string_lossy().into_owned()
+        unsafe { CStr::from_ptr(value) }
+            .to_string_lossy()
+            .into_owned()
     }
 }
 

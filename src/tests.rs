@@ -58,10 +58,19 @@ mod tests {
              INSERT INTO t (n) SELECT g FROM generate_series(1, 5000) g; \
              UPDATE w SET t1 = clock_timestamp()");
         assert_eq!(one::<i64>("SELECT count(*) FROM t"), 5000);
-        assert_eq!(one::<i64>("SELECT count(*) FROM t WHERE shard_id_extract_shard(id) <> 4321"), 0);
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM t WHERE shard_id_extract_shard(id) <> 4321"),
+            0
+        );
         // The k-th value drawn from a fresh sequence is k: the low bits are k % 1024.
-        assert_eq!(one::<i64>("SELECT count(*) FROM t WHERE shard_id_extract_seq(id) <> n % 1024"), 0);
-        assert_eq!(one::<i64>("SELECT count(*) FROM t WHERE shard_id_extract_seq(id) <> id & 1023"), 0);
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM t WHERE shard_id_extract_seq(id) <> n % 1024"),
+            0
+        );
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM t WHERE shard_id_extract_seq(id) <> id & 1023"),
+            0
+        );
         assert_eq!(
             one::<i64>(
                 "SELECT count(*) FROM t, w WHERE shard_id_extract_timestamp(id) \
@@ -87,7 +96,10 @@ mod tests {
              CREATE TABLE c (id bigint PRIMARY KEY DEFAULT next_shard_id('s2', 7), v text); \
              ALTER SEQUENCE s2 RENAME TO s2_renamed; \
              INSERT INTO c (v) VALUES ('a'), ('b')");
-        assert_eq!(one::<i64>("SELECT count(*) FROM c WHERE shard_id_extract_shard(id) = 7"), 2);
+        assert_eq!(
+            one::<i64>("SELECT count(*) FROM c WHERE shard_id_extract_shard(id) = 7"),
+            2
+        );
         // the DEFAULT holds the sequence's oid and depends on it
         assert_eq!(sqlstate_of("DROP SEQUENCE s2_renamed"), "2BP01");
     }
@@ -130,7 +142,10 @@ mod tests {
             ("INSERT INTO bad DEFAULT VALUES", "22003"),
             ("SELECT next_shard_id('plain', 1)", "42809"),
             ("SELECT next_shard_id('no_such_sequence', 1)", "42P01"),
-            ("INSERT INTO bad (id) VALUES (next_shard_id(NULL, 1))", "23502"),
+            (
+                "INSERT INTO bad (id) VALUES (next_shard_id(NULL, 1))",
+                "23502",
+            ),
             ("SELECT shard_id_extract_shard(-1)", "22003"),
             ("SELECT shard_id_extract_seq(-1)", "22003"),
             ("SELECT shard_id_extract_timestamp(-1)", "22003"),
@@ -139,12 +154,18 @@ mod tests {
             ("SELECT shard_id_compose(now(), -1, 0)", "22003"),
             ("SELECT shard_id_compose(now(), 0, 1024)", "22003"),
             ("SELECT shard_id_compose(now(), 0, -1)", "22003"),
-            ("SELECT shard_id_compose('2025-12-31 23:59:59.999+00', 0, 0)", "22008"),
+            (
+                "SELECT shard_id_compose('2025-12-31 23:59:59.999+00', 0, 0)",
+                "22008",
+            ),
             ("SELECT shard_id_compose('2070-01-01+00', 0, 0)", "22008"),
             ("SELECT shard_id_compose('infinity', 0, 0)", "22008"),
             ("SELECT shard_id_lower_bound('2070-01-01+00')", "22008"),
             ("SELECT shard_id_lower_bound('-infinity')", "22008"),
-            ("SELECT shard_id_extract_timestamp(1, '2011-01-01 00:00:00.0005+00')", "22023"),
+            (
+                "SELECT shard_id_extract_timestamp(1, '2011-01-01 00:00:00.0005+00')",
+                "22023",
+            ),
             ("SELECT shard_id_extract_timestamp(1, 'infinity')", "22023"),
             ("SET pg_shard_id.epoch = 'yesterday'", "22023"),
             ("SET pg_shard_id.epoch = '2026-01-01 00:00:00'", "22023"),
@@ -155,10 +176,16 @@ mod tests {
             assert_eq!(sqlstate_of(sql), state, "{sql}");
         }
         // nothing was drawn from the sequence and nothing was written
-        assert_eq!(one::<bool>("SELECT is_called FROM e"), false);
+        assert!(!one::<bool>("SELECT is_called FROM e"));
         assert_eq!(one::<i64>("SELECT count(*) FROM bad"), 0);
-        assert_eq!(Spi::get_one::<i64>("SELECT next_shard_id(NULL, 1)"), Ok(None));
-        assert_eq!(Spi::get_one::<i64>("SELECT next_shard_id('e', NULL)"), Ok(None));
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT next_shard_id(NULL, 1)"),
+            Ok(None)
+        );
+        assert_eq!(
+            Spi::get_one::<i64>("SELECT next_shard_id('e', NULL)"),
+            Ok(None)
+        );
     }
 
     #[pg_test]
@@ -175,9 +202,17 @@ mod tests {
             ("shard_id_updater", ""),
         ] {
             run(&format!("SET LOCAL ROLE {role}"));
-            assert_eq!(sqlstate_of("SELECT next_shard_id('priv_seq', 1)"), state, "{role}");
+            assert_eq!(
+                sqlstate_of("SELECT next_shard_id('priv_seq', 1)"),
+                state,
+                "{role}"
+            );
             // settings that change ids are for superusers only
-            assert_eq!(sqlstate_of("SET pg_shard_id.overflow = borrow"), "42501", "{role}");
+            assert_eq!(
+                sqlstate_of("SET pg_shard_id.overflow = borrow"),
+                "42501",
+                "{role}"
+            );
             assert_eq!(
                 sqlstate_of("SET pg_shard_id.epoch = '2020-01-01 00:00:00+00'"),
                 "42501",
@@ -185,13 +220,21 @@ mod tests {
             );
             run("RESET ROLE");
         }
-        assert_eq!(one::<i64>("SELECT last_value FROM priv_seq"), 2, "only the two allowed calls drew");
+        assert_eq!(
+            one::<i64>("SELECT last_value FROM priv_seq"),
+            2,
+            "only the two allowed calls drew"
+        );
     }
 
     #[pg_test]
     fn read_only_transactions_refuse_like_nextval() {
         run("CREATE SEQUENCE ro_seq");
-        assert_eq!(sqlstate_of("SELECT 1"), "", "helper created before the transaction turns read-only");
+        assert_eq!(
+            sqlstate_of("SELECT 1"),
+            "",
+            "helper created before the transaction turns read-only"
+        );
         run("SET LOCAL transaction_read_only = on");
         assert_eq!(sqlstate_of("SELECT next_shard_id('ro_seq', 1)"), "25006");
         assert_eq!(sqlstate_of("SELECT nextval('ro_seq')"), "25006");
@@ -199,11 +242,19 @@ mod tests {
 
     #[pg_test]
     fn sequence_options_behave_as_in_nextval() {
-        run("CREATE SEQUENCE down INCREMENT -1 MINVALUE -5 MAXVALUE -1 START -1; \
-             CREATE SEQUENCE short MAXVALUE 2");
+        run(
+            "CREATE SEQUENCE down INCREMENT -1 MINVALUE -5 MAXVALUE -1 START -1; \
+             CREATE SEQUENCE short MAXVALUE 2",
+        );
         // a descending sequence still fills the 10 low bits with 0..1023: -1 mod 1024 = 1023
-        assert_eq!(one::<i32>("SELECT shard_id_extract_seq(next_shard_id('down', 3))"), 1023);
-        assert_eq!(one::<i32>("SELECT shard_id_extract_shard(next_shard_id('down', 3))"), 3);
+        assert_eq!(
+            one::<i32>("SELECT shard_id_extract_seq(next_shard_id('down', 3))"),
+            1023
+        );
+        assert_eq!(
+            one::<i32>("SELECT shard_id_extract_shard(next_shard_id('down', 3))"),
+            3
+        );
         run("SELECT next_shard_id('short', 0), next_shard_id('short', 0)");
         assert_eq!(sqlstate_of("SELECT next_shard_id('short', 0)"), "2200H");
     }
@@ -216,7 +267,9 @@ mod tests {
         let offset: i64 = one(
             "SELECT (extract(epoch FROM '2026-01-01 00:00:00+00'::timestamptz - clock_timestamp()) * 1000)::bigint - 1000",
         );
-        run(&format!("SET LOCAL pg_shard_id.test_clock_offset_ms = {offset}"));
+        run(&format!(
+            "SET LOCAL pg_shard_id.test_clock_offset_ms = {offset}"
+        ));
         assert_eq!(sqlstate_of("SELECT next_shard_id('clk', 1)"), "22008");
         run("SET LOCAL pg_shard_id.test_clock_offset_ms = 0");
         // an epoch more than 2^40 ms (34.8 years) ago: ids would be negative
@@ -236,20 +289,29 @@ mod tests {
         assert_eq!(epoch.as_deref(), Some("2026-01-01 00:00:00+00"));
         assert_eq!(until.as_deref(), Some("2060-11-03 19:53:47.775+00"));
         assert_eq!(overflow.as_deref(), Some("wait"));
-        assert_eq!(one::<String>("SELECT guard FROM pg_shard_id_info()"), "cluster");
-        assert_eq!(one::<i32>("SELECT guard_slots FROM pg_shard_id_info()"), 8192);
+        assert_eq!(
+            one::<String>("SELECT guard FROM pg_shard_id_info()"),
+            "cluster"
+        );
+        assert_eq!(
+            one::<i32>("SELECT guard_slots FROM pg_shard_id_info()"),
+            8192
+        );
         run("SET LOCAL pg_shard_id.overflow = borrow; \
              SET LOCAL pg_shard_id.epoch = '2011-01-01T00:00:00Z'");
-        assert_eq!(one::<String>("SELECT overflow FROM pg_shard_id_info()"), "borrow");
-        assert_eq!(one::<String>("SELECT epoch::text FROM pg_shard_id_info()"), "2011-01-01 00:00:00+00");
-        // the STABLE decoders follow the setting, the IMMUTABLE overloads do not
         assert_eq!(
-            one::<bool>(
-                "SELECT shard_id_extract_timestamp(11637205501278089) \
-                      = shard_id_extract_timestamp(11637205501278089, '2011-01-01+00')"
-            ),
-            true
+            one::<String>("SELECT overflow FROM pg_shard_id_info()"),
+            "borrow"
         );
+        assert_eq!(
+            one::<String>("SELECT epoch::text FROM pg_shard_id_info()"),
+            "2011-01-01 00:00:00+00"
+        );
+        // the STABLE decoders follow the setting, the IMMUTABLE overloads do not
+        assert!(one::<bool>(
+            "SELECT shard_id_extract_timestamp(11637205501278089) \
+                  = shard_id_extract_timestamp(11637205501278089, '2011-01-01+00')"
+        ));
     }
 
     /// Draws `n` ids in one statement (nextval order = `n` order) and checks: no duplicates, and
@@ -261,7 +323,10 @@ mod tests {
              CREATE TABLE burst_{overflow} (id bigint DEFAULT next_shard_id('burst_{overflow}_seq', 1), n bigint); \
              INSERT INTO burst_{overflow} (n) SELECT g FROM generate_series(1, {n}) g"
         ));
-        assert_eq!(one::<i64>(&format!("SELECT count(DISTINCT id) FROM burst_{overflow}")), n);
+        assert_eq!(
+            one::<i64>(&format!("SELECT count(DISTINCT id) FROM burst_{overflow}")),
+            n
+        );
         assert_eq!(
             one::<i64>(&format!(
                 "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY n) AS prev FROM burst_{overflow}) x \
@@ -271,7 +336,11 @@ mod tests {
             "the millisecond went backwards"
         );
         // more than 1024 ids per ms were asked for, so the guard had to step in
-        assert!(one::<i64>(&format!("SELECT count(DISTINCT id >> 23) FROM burst_{overflow}")) >= n / 1024);
+        assert!(
+            one::<i64>(&format!(
+                "SELECT count(DISTINCT id >> 23) FROM burst_{overflow}"
+            )) >= n / 1024
+        );
     }
 
     #[pg_test]

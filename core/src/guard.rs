@@ -74,14 +74,24 @@ impl Default for GuardState {
 impl GuardState {
     /// A guard that has issued nothing.
     pub const fn new() -> Self {
-        GuardState { ms: NEVER, clock: NEVER, recovering: 0, used: [0; WORDS] }
+        GuardState {
+            ms: NEVER,
+            clock: NEVER,
+            recovering: 0,
+            used: [0; WORDS],
+        }
     }
 
     /// A guard that must not issue below millisecond `floor`: for a sequence first seen after a
     /// restart, when ids made before it may be ahead of the clock. It behaves as if recovering
     /// from a clock step until the clock passes `floor`.
     pub const fn with_floor(floor: i64) -> Self {
-        GuardState { ms: floor, clock: NEVER, recovering: 1, used: [0; WORDS] }
+        GuardState {
+            ms: floor,
+            clock: NEVER,
+            recovering: 1,
+            used: [0; WORDS],
+        }
     }
 
     /// The last millisecond issued, if any.
@@ -95,12 +105,22 @@ impl GuardState {
     ///
     /// A clock outside the layout (before the epoch, past the horizon), or a guard that would have
     /// to move past the horizon, is an error and leaves the guard as it was.
-    pub fn issue(&mut self, now: i64, remainder: u16, overflow: Overflow) -> Result<Outcome, LayoutError> {
+    pub fn issue(
+        &mut self,
+        now: i64,
+        remainder: u16,
+        overflow: Overflow,
+    ) -> Result<Outcome, LayoutError> {
         debug_assert!(remainder < 1024);
         check_ms(now)?;
         let clock_stepped_back_by =
             (self.clock != NEVER && now < self.clock).then(|| self.clock - now);
-        let outcome = |ms, waiting_for| Outcome { ms, waiting_for, clock_stepped_back_by, clock: now };
+        let outcome = |ms, waiting_for| Outcome {
+            ms,
+            waiting_for,
+            clock_stepped_back_by,
+            clock: now,
+        };
 
         if now > self.ms {
             self.start_ms(now);
@@ -142,7 +162,10 @@ mod tests {
     use std::collections::HashSet;
 
     fn issued(g: &mut GuardState, now: i64, r: u16, o: Overflow) -> i64 {
-        g.issue(now, r, o).unwrap().ms.expect("expected an id, not a wait")
+        g.issue(now, r, o)
+            .unwrap()
+            .ms
+            .expect("expected an id, not a wait")
     }
 
     #[test]
@@ -159,7 +182,12 @@ mod tests {
         issued(&mut g, 100, 7, Overflow::Wait);
         assert_eq!(
             g.issue(100, 7, Overflow::Wait).unwrap(),
-            Outcome { ms: None, waiting_for: 100, clock_stepped_back_by: None, clock: 100 }
+            Outcome {
+                ms: None,
+                waiting_for: 100,
+                clock_stepped_back_by: None,
+                clock: 100
+            }
         );
         assert_eq!(issued(&mut g, 101, 7, Overflow::Wait), 101);
     }
@@ -182,16 +210,28 @@ mod tests {
         let mut g = GuardState::new();
         issued(&mut g, 5_000, 1, Overflow::Wait);
         assert_eq!(issued(&mut g, 3_000, 1, Overflow::Wait), 5_001);
-        assert_eq!(issued(&mut g, 3_001, 1, Overflow::Wait), 5_002, "still recovering");
+        assert_eq!(
+            issued(&mut g, 3_001, 1, Overflow::Wait),
+            5_002,
+            "still recovering"
+        );
         assert_eq!(issued(&mut g, 5_003, 1, Overflow::Wait), 5_003, "caught up");
-        assert_eq!(g.issue(5_003, 1, Overflow::Wait).unwrap().ms, None, "waits again");
+        assert_eq!(
+            g.issue(5_003, 1, Overflow::Wait).unwrap().ms,
+            None,
+            "waits again"
+        );
     }
 
     #[test]
     fn a_floor_keeps_a_fresh_guard_above_ids_made_before_a_restart() {
         let mut g = GuardState::with_floor(9_000);
         assert_eq!(issued(&mut g, 1_000, 4, Overflow::Wait), 9_000);
-        assert_eq!(issued(&mut g, 1_000, 4, Overflow::Wait), 9_001, "no waiting below the floor");
+        assert_eq!(
+            issued(&mut g, 1_000, 4, Overflow::Wait),
+            9_001,
+            "no waiting below the floor"
+        );
         assert_eq!(issued(&mut g, 9_500, 4, Overflow::Wait), 9_500);
     }
 
@@ -221,14 +261,30 @@ mod tests {
     fn a_clock_outside_the_layout_is_refused_without_changing_the_guard() {
         use crate::layout::MAX_MS;
         let mut g = GuardState::new();
-        assert_eq!(g.issue(-1, 0, Overflow::Wait), Err(LayoutError::BeforeEpoch(-1)));
-        assert_eq!(g.issue(MAX_MS + 1, 0, Overflow::Wait), Err(LayoutError::PastHorizon(MAX_MS + 1)));
+        assert_eq!(
+            g.issue(-1, 0, Overflow::Wait),
+            Err(LayoutError::BeforeEpoch(-1))
+        );
+        assert_eq!(
+            g.issue(MAX_MS + 1, 0, Overflow::Wait),
+            Err(LayoutError::PastHorizon(MAX_MS + 1))
+        );
         assert_eq!(g, GuardState::new());
         assert_eq!(issued(&mut g, MAX_MS, 0, Overflow::Borrow), MAX_MS);
         let before = g;
-        assert_eq!(g.issue(MAX_MS, 0, Overflow::Borrow), Err(LayoutError::PastHorizon(MAX_MS + 1)));
-        assert_eq!(g, before, "no room past the horizon, and the guard is unchanged");
-        assert_eq!(issued(&mut g, 5, 1, Overflow::Borrow), MAX_MS, "a free remainder still fits");
+        assert_eq!(
+            g.issue(MAX_MS, 0, Overflow::Borrow),
+            Err(LayoutError::PastHorizon(MAX_MS + 1))
+        );
+        assert_eq!(
+            g, before,
+            "no room past the horizon, and the guard is unchanged"
+        );
+        assert_eq!(
+            issued(&mut g, 5, 1, Overflow::Borrow),
+            MAX_MS,
+            "a free remainder still fits"
+        );
     }
 
     /// One step of a random schedule: which clock move, which remainder, which policy.
@@ -245,7 +301,11 @@ mod tests {
             prop_oneof![3 => 0u16..8, 1 => 0u16..1024],
             any::<bool>(),
         )
-            .prop_map(|(clock_delta, remainder, borrow)| Step { clock_delta, remainder, borrow });
+            .prop_map(|(clock_delta, remainder, borrow)| Step {
+                clock_delta,
+                remainder,
+                borrow,
+            });
         proptest::collection::vec(step, 1..2000)
     }
 

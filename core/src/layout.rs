@@ -67,13 +67,19 @@ impl std::fmt::Display for LayoutError {
             }
             LayoutError::SeqOutOfRange(v) => write!(f, "seq {v} is out of range (0 .. {MAX_SEQ})"),
             LayoutError::BeforeEpoch(ms) => {
-                write!(f, "timestamp is {} ms before the pg_shard_id epoch", ms.unsigned_abs())
+                write!(
+                    f,
+                    "timestamp is {} ms before the pg_shard_id epoch",
+                    ms.unsigned_abs()
+                )
             }
             LayoutError::PastHorizon(ms) => write!(
                 f,
                 "timestamp is {ms} ms after the epoch, past the layout's horizon of {MAX_MS} ms"
             ),
-            LayoutError::NegativeId(id) => write!(f, "{id} is not a shard id: ids are never negative"),
+            LayoutError::NegativeId(id) => {
+                write!(f, "{id} is not a shard id: ids are never negative")
+            }
         }
     }
 }
@@ -147,13 +153,21 @@ pub fn seq_of(id: i64) -> Result<i64, LayoutError> {
 
 /// Splits an id into its fields; the exact inverse of [`compose`].
 pub fn decode(id: i64) -> Result<IdParts, LayoutError> {
-    Ok(IdParts { ms: ms_of(id)?, shard: shard_of(id)?, seq: seq_of(id)? })
+    Ok(IdParts {
+        ms: ms_of(id)?,
+        shard: shard_of(id)?,
+        seq: seq_of(id)?,
+    })
 }
 
 /// The smallest id whose millisecond is `ms` or later. Offsets before the epoch give 0 (every id
 /// qualifies); offsets past the horizon are an error (no id qualifies).
 pub fn lower_bound(ms: i64) -> Result<i64, LayoutError> {
-    compose(IdParts { ms: ms.max(0), shard: 0, seq: 0 })
+    compose(IdParts {
+        ms: ms.max(0),
+        shard: 0,
+        seq: 0,
+    })
 }
 
 #[cfg(test)]
@@ -165,7 +179,11 @@ mod tests {
     fn instagram_worked_example() {
         // Instagram's engineering blog: epoch 2011-01-01, 1387263000 ms later, user 31341 on
         // shard 31341 % 2000 = 1341, sequence value 5001 -> 5001 % 1024 = 905.
-        let parts = IdParts { ms: 1_387_263_000, shard: 31341 % 2000, seq: seq_field(5001) };
+        let parts = IdParts {
+            ms: 1_387_263_000,
+            shard: 31341 % 2000,
+            seq: seq_field(5001),
+        };
         assert_eq!(parts.shard, 1341);
         assert_eq!(parts.seq, 905);
         assert_eq!(compose(parts), Ok(11_637_205_501_278_089));
@@ -174,25 +192,89 @@ mod tests {
 
     #[test]
     fn field_positions_are_exact() {
-        assert_eq!(compose(IdParts { ms: 0, shard: 0, seq: 1 }), Ok(1));
-        assert_eq!(compose(IdParts { ms: 0, shard: 0, seq: 1023 }), Ok(0x3ff));
-        assert_eq!(compose(IdParts { ms: 0, shard: 1, seq: 0 }), Ok(1 << 10));
-        assert_eq!(compose(IdParts { ms: 0, shard: 8191, seq: 0 }), Ok(0x1fff << 10));
-        assert_eq!(compose(IdParts { ms: 1, shard: 0, seq: 0 }), Ok(1 << 23));
-        assert_eq!(compose(IdParts { ms: MAX_MS, shard: 8191, seq: 1023 }), Ok(i64::MAX));
+        assert_eq!(
+            compose(IdParts {
+                ms: 0,
+                shard: 0,
+                seq: 1
+            }),
+            Ok(1)
+        );
+        assert_eq!(
+            compose(IdParts {
+                ms: 0,
+                shard: 0,
+                seq: 1023
+            }),
+            Ok(0x3ff)
+        );
+        assert_eq!(
+            compose(IdParts {
+                ms: 0,
+                shard: 1,
+                seq: 0
+            }),
+            Ok(1 << 10)
+        );
+        assert_eq!(
+            compose(IdParts {
+                ms: 0,
+                shard: 8191,
+                seq: 0
+            }),
+            Ok(0x1fff << 10)
+        );
+        assert_eq!(
+            compose(IdParts {
+                ms: 1,
+                shard: 0,
+                seq: 0
+            }),
+            Ok(1 << 23)
+        );
+        assert_eq!(
+            compose(IdParts {
+                ms: MAX_MS,
+                shard: 8191,
+                seq: 1023
+            }),
+            Ok(i64::MAX)
+        );
         assert_eq!(MAX_MS, 1_099_511_627_775);
     }
 
     #[test]
     fn boundaries_are_rejected() {
-        let ok = IdParts { ms: 0, shard: 0, seq: 0 };
-        assert_eq!(compose(IdParts { shard: -1, ..ok }), Err(LayoutError::ShardOutOfRange(-1)));
-        assert_eq!(compose(IdParts { shard: 8192, ..ok }), Err(LayoutError::ShardOutOfRange(8192)));
-        assert_eq!(compose(IdParts { seq: -1, ..ok }), Err(LayoutError::SeqOutOfRange(-1)));
-        assert_eq!(compose(IdParts { seq: 1024, ..ok }), Err(LayoutError::SeqOutOfRange(1024)));
-        assert_eq!(compose(IdParts { ms: -1, ..ok }), Err(LayoutError::BeforeEpoch(-1)));
+        let ok = IdParts {
+            ms: 0,
+            shard: 0,
+            seq: 0,
+        };
         assert_eq!(
-            compose(IdParts { ms: MAX_MS + 1, ..ok }),
+            compose(IdParts { shard: -1, ..ok }),
+            Err(LayoutError::ShardOutOfRange(-1))
+        );
+        assert_eq!(
+            compose(IdParts { shard: 8192, ..ok }),
+            Err(LayoutError::ShardOutOfRange(8192))
+        );
+        assert_eq!(
+            compose(IdParts { seq: -1, ..ok }),
+            Err(LayoutError::SeqOutOfRange(-1))
+        );
+        assert_eq!(
+            compose(IdParts { seq: 1024, ..ok }),
+            Err(LayoutError::SeqOutOfRange(1024))
+        );
+        assert_eq!(
+            compose(IdParts { ms: -1, ..ok }),
+            Err(LayoutError::BeforeEpoch(-1))
+        );
+        assert_eq!(
+            compose(IdParts {
+                ms: MAX_MS + 1,
+                ..ok
+            }),
             Err(LayoutError::PastHorizon(MAX_MS + 1))
         );
         assert_eq!(decode(-1), Err(LayoutError::NegativeId(-1)));
@@ -212,7 +294,10 @@ mod tests {
     fn lower_bound_clamps_before_epoch_and_rejects_past_horizon() {
         assert_eq!(lower_bound(-5), Ok(0));
         assert_eq!(lower_bound(7), Ok(7 << 23));
-        assert_eq!(lower_bound(MAX_MS + 1), Err(LayoutError::PastHorizon(MAX_MS + 1)));
+        assert_eq!(
+            lower_bound(MAX_MS + 1),
+            Err(LayoutError::PastHorizon(MAX_MS + 1))
+        );
     }
 
     proptest! {

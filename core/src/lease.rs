@@ -25,7 +25,10 @@ pub fn read(path: &Path) -> io::Result<Option<i64>> {
         Err(e) => return Err(e),
     };
     text.trim().parse::<i64>().map(Some).map_err(|_| {
-        io::Error::new(io::ErrorKind::InvalidData, format!("{} holds {text:?}", path.display()))
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{} holds {text:?}", path.display()),
+        )
     })
 }
 
@@ -37,7 +40,12 @@ pub fn cover(path: &Path, reserved: &AtomicI64, unix_ms: i64) -> io::Result<()> 
     if reserved.load(Ordering::Acquire) >= unix_ms {
         return Ok(());
     }
-    let mut file = OpenOptions::new().read(true).write(true).create(true).truncate(false).open(path)?;
+    let mut file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)?;
     file.lock()?;
     if reserved.load(Ordering::Acquire) >= unix_ms {
         return Ok(()); // another process grew it while we waited for the lock
@@ -56,7 +64,8 @@ mod tests {
     use std::sync::Arc;
 
     fn temp_path(name: &str) -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("pg_shard_id_lease_{}_{name}", std::process::id()));
+        let dir =
+            std::env::temp_dir().join(format!("pg_shard_id_lease_{}_{name}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let path = dir.join("pg_shard_id.lease");
         let _ = std::fs::remove_file(&path);
@@ -77,7 +86,10 @@ mod tests {
         // inside the lease: nothing is written
         std::fs::write(&path, "garbage").unwrap();
         cover(&path, &reserved, 5_000).unwrap();
-        assert!(read(&path).is_err(), "a covered millisecond must not touch the file");
+        assert!(
+            read(&path).is_err(),
+            "a covered millisecond must not touch the file"
+        );
         cover(&path, &reserved, 20_000).unwrap();
         assert_eq!(read(&path).unwrap(), Some(20_000 + LEASE_STEP_MS));
     }

@@ -44,12 +44,16 @@ impl SpinLock {
     fn lock(&self) -> SpinGuard<'_> {
         let mut spins = 0u32;
         loop {
-            if self.0.compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed).is_ok() {
+            if self
+                .0
+                .compare_exchange_weak(0, 1, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
                 return SpinGuard(self);
             }
             while self.0.load(Ordering::Relaxed) != 0 {
                 spins = spins.wrapping_add(1);
-                if spins % 128 == 0 {
+                if spins.is_multiple_of(128) {
                     // The holder may have been descheduled: give it the core.
                     std::thread::yield_now();
                 } else {
@@ -198,7 +202,11 @@ impl SlotTable {
     /// guard's units) decides which slots are old enough to reuse when the table is full; a slot
     /// claimed while `floor` is ahead of `now` starts with [`GuardState::with_floor`].
     pub fn slot_for(&self, key: SlotKey, now: i64, floor: i64) -> Result<usize, TableFull> {
-        let fresh = if floor > now { GuardState::with_floor(floor) } else { GuardState::new() };
+        let fresh = if floor > now {
+            GuardState::with_floor(floor)
+        } else {
+            GuardState::new()
+        };
         assert_ne!(key, 0, "slot key 0 is reserved for empty slots");
         let header = self.header();
         let capacity = header.capacity;
@@ -224,7 +232,10 @@ impl SlotTable {
             .map(|i| {
                 let slot = self.slot(i);
                 let _lock = slot.lock.lock();
-                (i, unsafe { (*slot.state.get()).last_ms() }.unwrap_or(i64::MIN))
+                (
+                    i,
+                    unsafe { (*slot.state.get()).last_ms() }.unwrap_or(i64::MIN),
+                )
             })
             .min_by_key(|&(_, last)| last)
             .expect("capacity > 0");
@@ -302,7 +313,10 @@ mod tests {
 
     fn issue_now(t: &SlotTable, key: SlotKey, r: u16, now: i64) -> Option<i64> {
         let index = t.slot_for(key, now, i64::MIN).unwrap();
-        t.issue(index, key, r, Overflow::Borrow, || now).unwrap().unwrap().ms
+        t.issue(index, key, r, Overflow::Borrow, || now)
+            .unwrap()
+            .unwrap()
+            .ms
     }
 
     #[test]
@@ -314,7 +328,11 @@ mod tests {
         assert_ne!(t.slot_for(a, 0, i64::MIN), t.slot_for(b, 0, i64::MIN));
         assert_eq!(t.in_use(), 2);
         assert_eq!(issue_now(t, a, 5, 10), Some(10));
-        assert_eq!(issue_now(t, b, 5, 10), Some(10), "another sequence has its own remainders");
+        assert_eq!(
+            issue_now(t, b, 5, 10),
+            Some(10),
+            "another sequence has its own remainders"
+        );
         assert_eq!(issue_now(t, a, 5, 10), Some(11));
         assert_eq!(t.last_ms(a), Some(11));
     }
@@ -325,11 +343,16 @@ mod tests {
         let t = owned.table();
         issue_now(t, slot_key(1, 1), 0, 1_000);
         issue_now(t, slot_key(1, 2), 0, 50_000);
-        assert_eq!(t.slot_for(slot_key(1, 3), 60_000, i64::MIN), Err(TableFull { capacity: 2 }));
+        assert_eq!(
+            t.slot_for(slot_key(1, 3), 60_000, i64::MIN),
+            Err(TableFull { capacity: 2 })
+        );
         let reused = t.slot_for(slot_key(1, 3), 61_001, i64::MIN).unwrap();
         assert_eq!(t.in_use(), 2);
         // the evicted key's cached index no longer answers for it
-        assert!(t.issue(reused, slot_key(1, 1), 0, Overflow::Wait, || 61_001).is_none());
+        assert!(t
+            .issue(reused, slot_key(1, 1), 0, Overflow::Wait, || 61_001)
+            .is_none());
         assert_eq!(t.last_ms(slot_key(1, 2)), Some(50_000));
     }
 
@@ -341,9 +364,21 @@ mod tests {
         assert_eq!(t.floor(), 7_000);
         assert_eq!(t.lease().load(Ordering::Relaxed), 7_000);
         let index = t.slot_for(slot_key(1, 1), 100, t.floor()).unwrap();
-        assert_eq!(t.issue(index, slot_key(1, 1), 3, Overflow::Wait, || 100).unwrap().unwrap().ms, Some(7_000));
+        assert_eq!(
+            t.issue(index, slot_key(1, 1), 3, Overflow::Wait, || 100)
+                .unwrap()
+                .unwrap()
+                .ms,
+            Some(7_000)
+        );
         let index = t.slot_for(slot_key(1, 2), 8_000, t.floor()).unwrap();
-        assert_eq!(t.issue(index, slot_key(1, 2), 3, Overflow::Wait, || 8_000).unwrap().unwrap().ms, Some(8_000));
+        assert_eq!(
+            t.issue(index, slot_key(1, 2), 3, Overflow::Wait, || 8_000)
+                .unwrap()
+                .unwrap()
+                .ms,
+            Some(8_000)
+        );
     }
 
     /// Threads stand in for backends: each draws from one shared "sequence" (a CACHE-like
@@ -377,7 +412,9 @@ mod tests {
                             let index = t.slot_for(key, 0, i64::MIN).unwrap();
                             let ms = loop {
                                 let out = t
-                                    .issue(index, key, r, overflow, || clock.load(Ordering::Relaxed))
+                                    .issue(index, key, r, overflow, || {
+                                        clock.load(Ordering::Relaxed)
+                                    })
                                     .unwrap()
                                     .unwrap();
                                 match out.ms {

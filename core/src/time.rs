@@ -41,8 +41,8 @@ impl std::fmt::Display for EpochError {
 /// followed each session's `TimeZone` would give different ids in different sessions. It must be a
 /// whole millisecond and not after `now_unix_ms`.
 pub fn parse_epoch(text: &str, now_unix_ms: i64) -> Result<i64, EpochError> {
-    let parsed = parse_with_offset(text.trim())
-        .ok_or_else(|| EpochError::Unparseable(text.to_string()))?;
+    let parsed =
+        parse_with_offset(text.trim()).ok_or_else(|| EpochError::Unparseable(text.to_string()))?;
     if parsed.timestamp_subsec_nanos() % 1_000_000 != 0 {
         return Err(EpochError::SubMillisecond(text.to_string()));
     }
@@ -59,9 +59,13 @@ fn parse_with_offset(text: &str) -> Option<DateTime<FixedOffset>> {
         Some(rest) => format!("{rest}+00"),
         None => text.to_string(),
     };
-    ["%Y-%m-%d %H:%M:%S%.f%#z", "%Y-%m-%dT%H:%M:%S%.f%#z", "%Y-%m-%d %H:%M:%S%.f %#z"]
-        .iter()
-        .find_map(|format| DateTime::parse_from_str(&normalized, format).ok())
+    [
+        "%Y-%m-%d %H:%M:%S%.f%#z",
+        "%Y-%m-%dT%H:%M:%S%.f%#z",
+        "%Y-%m-%d %H:%M:%S%.f %#z",
+    ]
+    .iter()
+    .find_map(|format| DateTime::parse_from_str(&normalized, format).ok())
 }
 
 /// Formats Unix milliseconds as `YYYY-MM-DD HH:MM:SS.mmm+00`, the way PostgreSQL prints a UTC
@@ -81,7 +85,9 @@ pub fn wall_clock_unix_ms() -> i64 {
 /// A PostgreSQL timestamptz value, floored to the millisecond, in Unix milliseconds.
 /// `None` when the arithmetic would overflow (only near the ends of the timestamptz range).
 pub fn pg_micros_to_unix_ms_floor(pg_micros: i64) -> Option<i64> {
-    pg_micros.checked_add(PG_EPOCH_UNIX_MICROS).map(|us| us.div_euclid(1000))
+    pg_micros
+        .checked_add(PG_EPOCH_UNIX_MICROS)
+        .map(|us| us.div_euclid(1000))
 }
 
 /// A PostgreSQL timestamptz value, rounded up to the millisecond, in Unix milliseconds.
@@ -104,7 +110,10 @@ mod tests {
 
     #[test]
     fn default_epoch_constant_matches_its_text() {
-        assert_eq!(parse_epoch("2026-01-01 00:00:00+00", NOW), Ok(DEFAULT_EPOCH_UNIX_MS));
+        assert_eq!(
+            parse_epoch("2026-01-01 00:00:00+00", NOW),
+            Ok(DEFAULT_EPOCH_UNIX_MS)
+        );
     }
 
     #[test]
@@ -120,24 +129,42 @@ mod tests {
         ] {
             assert_eq!(parse_epoch(text, NOW), Ok(instagram), "{text}");
         }
-        assert_eq!(parse_epoch("2011-01-01 00:00:00.123+00", NOW), Ok(instagram + 123));
+        assert_eq!(
+            parse_epoch("2011-01-01 00:00:00.123+00", NOW),
+            Ok(instagram + 123)
+        );
     }
 
     #[test]
     fn refused_values() {
-        for text in ["", "yesterday", "2011-01-01", "2011-01-01 00:00:00", "2011-13-01 00:00:00+00"] {
-            assert!(matches!(parse_epoch(text, NOW), Err(EpochError::Unparseable(_))), "{text}");
+        for text in [
+            "",
+            "yesterday",
+            "2011-01-01",
+            "2011-01-01 00:00:00",
+            "2011-13-01 00:00:00+00",
+        ] {
+            assert!(
+                matches!(parse_epoch(text, NOW), Err(EpochError::Unparseable(_))),
+                "{text}"
+            );
         }
         assert!(matches!(
             parse_epoch("2011-01-01 00:00:00.0001+00", NOW),
             Err(EpochError::SubMillisecond(_))
         ));
-        assert!(matches!(parse_epoch("2099-01-01 00:00:00+00", NOW), Err(EpochError::InFuture(_))));
+        assert!(matches!(
+            parse_epoch("2099-01-01 00:00:00+00", NOW),
+            Err(EpochError::InFuture(_))
+        ));
     }
 
     #[test]
     fn formats_like_postgres_utc() {
-        assert_eq!(format_unix_ms(DEFAULT_EPOCH_UNIX_MS + 5), "2026-01-01 00:00:00.005+00");
+        assert_eq!(
+            format_unix_ms(DEFAULT_EPOCH_UNIX_MS + 5),
+            "2026-01-01 00:00:00.005+00"
+        );
     }
 
     #[test]
@@ -146,7 +173,10 @@ mod tests {
         assert_eq!(pg_micros_to_unix_ms_floor(1500), Some(946_684_800_001));
         assert_eq!(pg_micros_to_unix_ms_ceil(1500), Some(946_684_800_002));
         assert_eq!(pg_micros_to_unix_ms_ceil(2000), Some(946_684_800_002));
-        assert_eq!(pg_micros_to_unix_ms_floor(-PG_EPOCH_UNIX_MICROS - 1), Some(-1));
+        assert_eq!(
+            pg_micros_to_unix_ms_floor(-PG_EPOCH_UNIX_MICROS - 1),
+            Some(-1)
+        );
         assert_eq!(pg_micros_to_unix_ms_floor(i64::MAX), None);
     }
 

@@ -131,5 +131,5 @@ tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart)
 for t in "${tests[@]}"; do "test_$t"; done
 echo
-echo "cluster tests: $PASSED passed, $FAILED failed"
+echo "cluster: $PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

@@ -50,4 +50,4 @@ RESET enable_seqscan;
 RESET enable_bitmapscan;
 SELECT count(*) AS rows_made_since_before
   FROM photos, t
- WHERE id >= shard_id_lower_bound(t.before);
+ WHERE id >= shard_id_lower_bound(date_trunc('milliseconds', t.before));

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# README command 2: set up what is missing, then run every test:
+#   1. plain-Rust unit and property tests of the layout, time conversion, guard and lease
+#   2. #[pg_test]s (cargo pgrx test pg15), in a server with the library preloaded
+#   3. the pg_regress suite (tests/pg_regress), what a user sees in psql
+#   4. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL
+# Stops at the first failing stage. Ends with "N passed, N failed" over the stages.
+source "$(dirname "$0")/lib.sh"
+cd "$REPO"
+
+ensure_setup
+stages_passed=0
+stage() {
+    say "$1"
+    shift
+    if "$@"; then
+        stages_passed=$((stages_passed + 1))
+    else
+        echo "stages: $stages_passed passed, 1 failed"
+        exit 1
+    fi
+}
+
+pgrx_tests() {
+    local data="$RUN_DIR/pgrx-test-data"
+    mkdir -p "$data"
+    [ "$(id -u)" = 0 ] && chown postgres: "$RUN_DIR" "$data"
+    CARGO_PGRX_TEST_RUNAS=postgres CARGO_PGRX_TEST_PGDATA="$data" cargo pgrx test pg15
+}
+
+stage "unit and property tests (no PostgreSQL)" cargo test -p pg_shard_id_core
+stage "pgrx tests" pgrx_tests
+stage "installing the test build for the SQL-level suites" install_extension test
+stage "pg_regress suite" bash scripts/regress.sh
+stage "cluster tests" bash tests/cluster/run.sh
+echo
+echo "stages: $stages_passed passed, 0 failed"
