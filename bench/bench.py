@@ -1,0 +1,137 @@
+#!/usr/bin/env python3
+"""pg_shard_id benchmarks: run by scripts/bench.sh against a throwaway cluster (PGHOST etc. set).
+
+Every figure is the median of 3 runs, measured in this one run on this one machine. Writes a JSON
+file of results; report.py turns it into docs/benchmarks.md and the chart.
+"""
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import time
+
+SMOKE = "--smoke" in sys.argv
+OUT = sys.argv[sys.argv.index("--out") + 1]
+N_GEN = 20_000 if SMOKE else 2_000_000
+PGBENCH_SECONDS = 2 if SMOKE else 30
+N_SCALE = 20_000 if SMOKE else 5_000_000
+N_DECODE = 20_000 if SMOKE else 2_000_000
+RUNS = 3
+
+
+def psql(sql, db="bench"):
+    return subprocess.run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
+                          check=True, capture_output=True, text=True).stdout.strip()
+
+
+def timed(sql, setup=""):
+    """Wall time of `sql` in a fresh session, measured by the server (EXPLAIN ANALYZE would add
+    instrumentation cost, so use clock_timestamp() around it in one DO-free script)."""
+    script = f"{setup}\n\\timing on\n{sql};\n"
+    out = subprocess.run(["psql", "-X", "-q", "-d", "bench", "-v", "ON_ERROR_STOP=1"], input=script,
+                         check=True, capture_output=True, text=True).stdout
+    return float(re.findall(r"Time: ([0-9.]+) ms", out)[-1]) / 1000.0
+
+
+def median_of(f):
+    return statistics.median(f() for _ in range(RUNS))
+
+
+results = {"smoke": SMOKE, "n_gen": N_GEN, "pgbench_seconds": PGBENCH_SECONDS, "n_scale": N_SCALE,
+           "n_decode": N_DECODE}
+results["machine"] = {
+    "cpu": subprocess.run("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2", shell=True,
+                          capture_output=True, text=True).stdout.strip(),
+    "cores": os.cpu_count(),
+    "postgres": psql("SHOW server_version"),
+    "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+}
+
+# 1. Generation rate, one session
+GENERATORS = [
+    ("nextval()", "nextval('plain_seq')", ""),
+    ("next_shard_id, wait", "next_shard_id('shard_seq', 5)", "SET pg_shard_id.overflow = wait;"),
+    ("next_shard_id, borrow", "next_shard_id('shard_seq', 5)", "SET pg_shard_id.overflow = borrow;"),
+    ("Instagram PL/pgSQL next_id()", "insta5.next_id()", ""),
+    ("same formula, inline SQL",
+     "((floor(extract(epoch FROM clock_timestamp()) * 1000)::bigint - 1314220021721) << 23)"
+     " | (5 << 10) | (nextval('inline_seq') % 1024)", ""),
+    ("gen_random_uuid()", "gen_random_uuid()", ""),
+]
+generation = []
+for name, expr, setup in GENERATORS:
+    seconds = median_of(lambda: timed(f"SELECT count({expr}) FROM generate_series(1, {N_GEN})", setup))
+    dups = int(psql(f"{setup} SELECT count(*) - count(DISTINCT x) FROM "
+                    f"(SELECT {expr} AS x FROM generate_series(1, {N_GEN})) s"))
+    generation.append({"name": name, "seconds": seconds, "rate": N_GEN / seconds, "duplicates": dups})
+    print(f"  {name:32} {N_GEN / seconds / 1e6:6.2f} M ids/s  {dups} duplicates", flush=True)
+base = generation[0]["rate"]
+for g in generation:
+    g["ratio_to_nextval"] = g["rate"] / base
+results["generation"] = generation
+
+# 2. Insert throughput with pgbench, 2 clients
+TABLES = [
+    ("bigserial", "id bigserial PRIMARY KEY"),
+    ("next_shard_id", "id bigint PRIMARY KEY DEFAULT next_shard_id('tps_seq', 5)"),
+    ("Instagram PL/pgSQL next_id()", "id bigint PRIMARY KEY DEFAULT insta5.next_id()"),
+    ("gen_random_uuid()", "id uuid PRIMARY KEY DEFAULT gen_random_uuid()"),
+]
+psql("CREATE SEQUENCE IF NOT EXISTS tps_seq")
+inserts = []
+for i, (name, column) in enumerate(TABLES):
+    table = f"tps_{i}"
+    psql(f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} ({column}, payload int)")
+    script = os.path.join(os.environ["PGHOST"], f"{table}.sql")
+    with open(script, "w") as f:
+        f.write(f"INSERT INTO {table} DEFAULT VALUES;\n")
+
+    def run():
+        out = subprocess.run(["pgbench", "-n", "-c", "2", "-j", "2", "-T", str(PGBENCH_SECONDS), "-f", script,
+                              "bench"], check=True, capture_output=True, text=True).stdout
+        return float(re.search(r"tps = ([0-9.]+)", out).group(1))
+
+    tps = median_of(run)
+    inserts.append({"name": name, "tps": tps})
+    print(f"  {name:32} {tps:10.0f} tps", flush=True)
+for r in inserts:
+    r["ratio_to_bigserial"] = r["tps"] / inserts[0]["tps"]
+results["inserts"] = inserts
+
+# 3. Scale: N_SCALE rows per generator, primary key size and load time
+scale = []
+for i, (name, column) in enumerate(TABLES):
+    table = f"scale_{i}"
+
+    def load():
+        psql(f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} ({column}, payload int)")
+        return timed(f"INSERT INTO {table} (payload) SELECT 1 FROM generate_series(1, {N_SCALE})")
+
+    seconds = median_of(load)
+    index_bytes = int(psql(f"SELECT pg_relation_size('{table}_pkey')"))
+    scale.append({"name": name, "seconds": seconds, "index_bytes": index_bytes})
+    print(f"  {name:32} {seconds:6.2f} s  pkey {index_bytes / 2**20:6.1f} MiB", flush=True)
+    psql(f"DROP TABLE {table}")
+results["scale"] = scale
+
+# 4. Decode: the extension's function against the same arithmetic inline in SQL
+first = 1 << 40
+DECODERS = [
+    ("shard_id_extract_timestamp(id)", "shard_id_extract_timestamp(g)"),
+    ("inline SQL arithmetic",
+     "to_timestamp(((g >> 23) + 1767225600000) / 1000.0)"),
+]
+decode = []
+for name, expr in DECODERS:
+    seconds = median_of(lambda: timed(
+        f"SELECT count({expr}) FROM generate_series({first}::bigint, {first + N_DECODE - 1}::bigint) g"))
+    decode.append({"name": name, "seconds": seconds, "rate": N_DECODE / seconds})
+    print(f"  {name:32} {N_DECODE / seconds / 1e6:6.2f} M/s", flush=True)
+for d in decode:
+    d["ratio_to_inline"] = d["rate"] / decode[1]["rate"]
+results["decode"] = decode
+
+with open(OUT, "w") as f:
+    json.dump(results, f, indent=2)
