@@ -25,3 +25,4 @@ CREATE SEQUENCE inline_seq;
 
 CREATE SEQUENCE plain_seq;
 CREATE SEQUENCE shard_seq;
+CREATE SEQUENCE borrow_seq;

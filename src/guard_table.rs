@@ -16,7 +16,7 @@ use pg_shard_id_core::guard::Overflow;
 use pg_shard_id_core::lease;
 use pg_shard_id_core::slots::{OwnedSlotTable, SlotKey, SlotTable, TableFull};
 use pgrx::prelude::*;
-use std::cell::RefCell;
+use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::Path;
 use std::sync::OnceLock;
@@ -33,11 +33,38 @@ thread_local! {
     /// Slot index of each sequence this backend has used, so the claim lock is taken once per
     /// sequence per backend, not per id.
     static SLOT_OF: RefCell<HashMap<SlotKey, usize>> = RefCell::new(HashMap::new());
+    /// The last (key, slot index) used: a bulk insert draws from one sequence, and this spares it
+    /// the hash lookup.
+    static LAST_SLOT: Cell<(SlotKey, usize)> = const { Cell::new((0, 0)) };
+}
+
+fn cached_slot(key: SlotKey) -> Option<usize> {
+    match LAST_SLOT.get() {
+        (k, index) if k == key => Some(index),
+        _ => SLOT_OF
+            .with(|m| m.borrow().get(&key).copied())
+            .inspect(|&i| LAST_SLOT.set((key, i))),
+    }
+}
+
+fn remember_slot(key: SlotKey, index: usize) {
+    SLOT_OF.with(|m| m.borrow_mut().insert(key, index));
+    LAST_SLOT.set((key, index));
+}
+
+fn forget_slot(key: SlotKey) {
+    SLOT_OF.with(|m| m.borrow_mut().remove(&key));
+    LAST_SLOT.set((0, 0));
+}
+
+/// Whether the guard is cluster-wide (the library was preloaded).
+fn is_cluster() -> bool {
+    unsafe { PRELOADED }
 }
 
 /// `cluster` or `session`.
 pub fn mode() -> &'static str {
-    if unsafe { PRELOADED } {
+    if is_cluster() {
         "cluster"
     } else {
         "session"
@@ -52,7 +79,7 @@ fn with_table<R>(f: impl FnOnce(&SlotTable) -> R) -> R {
     match unsafe { *std::ptr::addr_of!(SHARED) } {
         Some(table) => f(&table),
         None => {
-            if unsafe { PRELOADED } {
+            if is_cluster() {
                 error!("pg_shard_id: the shared guard table was not created");
             }
             SESSION.with(|s| {
@@ -82,20 +109,20 @@ pub fn issue_ms(
     clock: impl Fn() -> i64,
 ) -> i64 {
     with_table(|table| loop {
-        let index = match SLOT_OF.with(|m| m.borrow().get(&key).copied()) {
+        let index = match cached_slot(key) {
             Some(index) => index,
             None => {
                 let floor = table.floor().saturating_sub(epoch_unix_ms);
                 let index = table
                     .slot_for(key, clock(), floor)
                     .unwrap_or_else(|e| table_full(e));
-                SLOT_OF.with(|m| m.borrow_mut().insert(key, index));
+                remember_slot(key, index);
                 index
             }
         };
         let Some(outcome) = table.issue(index, key, remainder, overflow, &clock) else {
             // The slot went to another sequence after a long idle spell: look it up again.
-            SLOT_OF.with(|m| m.borrow_mut().remove(&key));
+            forget_slot(key);
             continue;
         };
         let outcome = outcome.unwrap_or_else(|e| crate::errors::raise(e, epoch_unix_ms));
@@ -104,7 +131,7 @@ pub fn issue_ms(
         }
         match outcome.ms {
             Some(ms) => {
-                if ms > outcome.clock && mode() == "cluster" {
+                if ms > outcome.clock && is_cluster() {
                     cover_by_lease(table, ms + epoch_unix_ms);
                 }
                 break ms;
