@@ -11,7 +11,8 @@ smoke=""
 ensure_setup
 python3 -c "import matplotlib" 2>/dev/null || pip install --quiet matplotlib
 install_extension release
-start_cluster bench yes
+# synchronous_commit = off: so that inserts measure the generators, not the disk's fsync
+start_cluster bench yes "synchronous_commit = off"
 createdb bench
 psql -X -q -d bench -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" \
     -f bench/generators.sql

@@ -12,7 +12,10 @@ mod errors;
 mod generate;
 mod guard_table;
 mod info;
+mod partition;
+mod routing;
 mod settings;
+mod shortcode;
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;

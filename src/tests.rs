@@ -105,6 +105,34 @@ mod tests {
     }
 
     #[pg_test]
+    fn routing_and_shortcodes_known_answers() {
+        assert_eq!(one::<i32>("SELECT shard_id_shard_for(31341, 2000)"), 1341);
+        assert_eq!(
+            one::<i32>("SELECT shard_id_shard_for('alice@example.com', 2000)"),
+            198
+        );
+        assert_eq!(
+            one::<String>("SELECT shard_id_to_shortcode(11637205501278089)"),
+            "AClX-gwU94k"
+        );
+        assert_eq!(
+            one::<i64>("SELECT shard_id_from_shortcode('AClX-gwU94k')"),
+            11_637_205_501_278_089
+        );
+        assert_eq!(sqlstate_of("SELECT shard_id_shard_for(1, 0)"), "22003");
+        assert_eq!(sqlstate_of("SELECT shard_id_shard_for('k', 8193)"), "22003");
+        assert_eq!(
+            sqlstate_of("SELECT shard_id_from_shortcode('not a code')"),
+            "22P02"
+        );
+        assert_eq!(sqlstate_of("SELECT shard_id_to_shortcode(-5)"), "22003");
+        assert_eq!(
+            sqlstate_of("SELECT * FROM shard_id_partition_bounds(now(), now() - interval '1 day', '1 hour')"),
+            "22023"
+        );
+    }
+
+    #[pg_test]
     fn function_labels_are_honest() {
         let labels: String = one(
             "SELECT string_agg(format('%s:%s%s%s', p.oid::regprocedure, provolatile, proparallel, \
@@ -125,10 +153,20 @@ mod tests {
             "shard_id_extract_timestamp(bigint,timestamp with time zone):iss",
             "shard_id_lower_bound(timestamp with time zone):sss",
             "shard_id_lower_bound(timestamp with time zone,timestamp with time zone):iss",
+            "shard_id_partition_bounds(timestamp with time zone,timestamp with time zone,interval):sss",
+            "shard_id_shard_for(bigint,integer):iss",
+            "shard_id_shard_for(text,integer):iss",
+            "shard_id_to_shortcode(bigint):iss",
+            "shard_id_from_shortcode(text):iss",
         ];
         for label in expected {
             assert!(labels.contains(label), "{label} missing from {labels}");
         }
+        assert_eq!(
+            labels.split(' ').count(),
+            expected.len(),
+            "a function without an expected label: {labels}"
+        );
     }
 
     #[pg_test]

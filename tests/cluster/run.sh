@@ -127,8 +127,17 @@ test_crash_restart() {
     stop_cluster crash
 }
 
+test_many_shards() {
+    say "3 clusters, 12 logical shards, a shard move (scripts/many_shards.sh)"
+    if bash "$REPO/scripts/many_shards.sh" 2>&1 | sed 's/^/  /'; then
+        check "many shards: unique ids, routing, shard move" passed passed
+    else
+        check "many shards: unique ids, routing, shard move" failed passed
+    fi
+}
+
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart)
+[ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart many_shards)
 for t in "${tests[@]}"; do "test_$t"; done
 echo
 echo "cluster: $PASSED passed, $FAILED failed"
