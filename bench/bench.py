@@ -81,22 +81,34 @@ TABLES = [
     ("gen_random_uuid()", "id uuid PRIMARY KEY DEFAULT gen_random_uuid()"),
 ]
 psql("CREATE SEQUENCE IF NOT EXISTS tps_seq")
-inserts = []
+scripts = []
 for i, (name, column) in enumerate(TABLES):
     table = f"tps_{i}"
     psql(f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} ({column}, payload int)")
     script = os.path.join(os.environ["PGHOST"], f"{table}.sql")
     with open(script, "w") as f:
         f.write(f"INSERT INTO {table} DEFAULT VALUES;\n")
+    scripts.append((table, script))
 
-    def run():
-        out = subprocess.run(["pgbench", "-n", "-c", "2", "-j", "2", "-T", str(PGBENCH_SECONDS), "-f", script,
-                              "bench"], check=True, capture_output=True, text=True).stdout
-        return float(re.search(r"tps = ([0-9.]+)", out).group(1))
 
-    tps = median_of(run)
-    inserts.append({"name": name, "tps": tps})
-    print(f"  {name:32} {tps:10.0f} tps", flush=True)
+def pgbench_tps(table, script):
+    # every run starts alike: an empty table and no checkpoint debt
+    psql(f"TRUNCATE {table}; CHECKPOINT")
+    out = subprocess.run(["pgbench", "-n", "-c", "2", "-j", "2", "-T", str(PGBENCH_SECONDS), "-f", script,
+                          "bench"], check=True, capture_output=True, text=True).stdout
+    return float(re.search(r"tps = ([0-9.]+)", out).group(1))
+
+
+# round-robin over the generators, so that drift in the machine hits all of them alike
+runs = [[] for _ in TABLES]
+for _ in range(RUNS):
+    for i, (table, script) in enumerate(scripts):
+        runs[i].append(pgbench_tps(table, script))
+inserts = []
+for (name, _), tps_runs in zip(TABLES, runs):
+    tps = statistics.median(tps_runs)
+    inserts.append({"name": name, "tps": tps, "runs": tps_runs})
+    print(f"  {name:32} {tps:10.0f} tps  (runs: {', '.join(f'{t:.0f}' for t in tps_runs)})", flush=True)
 for r in inserts:
     r["ratio_to_bigserial"] = r["tps"] / inserts[0]["tps"]
 results["inserts"] = inserts

@@ -11,14 +11,23 @@ CREATE TABLE photos (
 CREATE TEMP TABLE t AS SELECT clock_timestamp() AS before;
 INSERT INTO photos (url) SELECT 'https://example.com/' || g FROM generate_series(1, 3000) g;
 
--- every row: shard 5, seq = nextval % 1024, a timestamp inside the statement
+-- every row: shard 5, seq = nextval % 1024, a timestamp inside the statement (wait: to 1 ms)
 SELECT count(*) AS rows,
        count(DISTINCT id) AS distinct_ids,
        bool_and(shard_id_extract_shard(id) = 5) AS all_shard_5,
        bool_and(shard_id_extract_seq(id) = (substr(url, 21)::int % 1024)) AS seq_is_nextval_mod_1024,
-       bool_and(shard_id_extract_timestamp(id) BETWEEN date_trunc('milliseconds', t.before) AND clock_timestamp()) AS ts_in_statement
+       bool_and(shard_id_extract_timestamp(id) BETWEEN date_trunc('milliseconds', t.before) AND clock_timestamp() + interval '1 ms') AS ts_in_statement
   FROM photos, t
  GROUP BY t.before;
+
+-- COPY fills the DEFAULT too
+COPY photos (url) FROM STDIN;
+https://example.com/copied/1
+https://example.com/copied/2
+\.
+SELECT count(*) AS copied, bool_and(shard_id_extract_shard(id) = 5) AS all_shard_5,
+       count(DISTINCT id) AS distinct_ids
+  FROM photos WHERE url LIKE '%/copied/%';
 
 -- decode is the exact inverse of compose
 SELECT d.* FROM photos, shard_id_decode(id) d WHERE false;
@@ -48,6 +57,6 @@ SELECT * FROM photos
    AND id <  shard_id_lower_bound('2026-11-02 00:00:00+00');
 RESET enable_seqscan;
 RESET enable_bitmapscan;
-SELECT count(*) AS rows_made_since_before
+SELECT count(*) AS rows_made_since_before_incl_copied
   FROM photos, t
  WHERE id >= shard_id_lower_bound(date_trunc('milliseconds', t.before));
