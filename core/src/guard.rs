@@ -8,12 +8,12 @@
 //! * the clock moved past the guard's millisecond: start a fresh millisecond;
 //! * the remainder is free in the guard's millisecond: take it (even if that millisecond is ahead
 //!   of the clock);
-//! * it is taken: [`Overflow::Borrow`] moves on to the next millisecond at once;
-//!   [`Overflow::Wait`] asks the caller to wait until the clock passes the guard's millisecond;
-//! * the sequence wrapped around (the remainder fell far below the highest one of the
-//!   millisecond): treated like a taken remainder, so that one stream of `nextval` values gives
-//!   strictly increasing ids; `wait` may take the next millisecond for this without waiting when
-//!   that is at most 1 ms ahead of the clock, so `wait` never runs more than 1 ms ahead by itself;
+//! * it is taken, or the sequence wrapped around (the remainder fell far below the highest one of
+//!   the millisecond; moving on then makes one stream of `nextval` values give strictly increasing
+//!   ids): [`Overflow::Borrow`] moves on to the next millisecond at once; [`Overflow::Wait`] too
+//!   if that is at most 1 ms ahead of the clock, and otherwise asks the caller to wait until the
+//!   clock reaches the guard's millisecond. So `wait` is never more than 1 ms ahead of the clock
+//!   by itself and issues at most 1024 ids per millisecond on average;
 //! * except while *recovering*: after the clock stepped back (or after a restart whose floor is
 //!   ahead of the clock), both policies move on at once until the clock catches up. Waiting for a
 //!   clock that stepped back could take hours, so the guard never does.
@@ -134,20 +134,11 @@ impl GuardState {
             self.recovering = 0;
         } else if self.is_used(remainder) || self.wrapped(remainder) {
             let recovering = self.recovering != 0 || clock_stepped_back_by.is_some();
-            if overflow == Overflow::Wait && !recovering {
-                // A wrap in the clock's own millisecond may take the next one at once (1 ms ahead
-                // at most, so that a stream slower than 1024/ms never waits); a full millisecond,
-                // or a wrap already 1 ms ahead, waits for the clock.
-                let may_step = !self.is_used(remainder) && self.ms <= now;
-                if !may_step {
-                    let waiting_for = if self.is_used(remainder) {
-                        self.ms
-                    } else {
-                        self.ms - 1
-                    };
-                    self.clock = now;
-                    return Ok(outcome(None, waiting_for));
-                }
+            if overflow == Overflow::Wait && !recovering && self.ms > now {
+                // `wait` may be 1 ms ahead of the clock, never more: wait until the clock reaches
+                // the guard's millisecond, then take the next one.
+                self.clock = now;
+                return Ok(outcome(None, self.ms - 1));
             }
             self.start_ms(check_ms(self.ms + 1)?);
         }
@@ -206,19 +197,24 @@ mod tests {
     }
 
     #[test]
-    fn a_repeated_remainder_waits_in_wait_mode() {
+    fn a_repeated_remainder_waits_in_wait_mode_when_already_1_ms_ahead() {
         let mut g = GuardState::new();
-        issued(&mut g, 100, 7, Overflow::Wait);
+        issued(&mut g, 99, 7, Overflow::Wait);
         assert_eq!(
-            g.issue(100, 7, Overflow::Wait).unwrap(),
+            issued(&mut g, 99, 7, Overflow::Wait),
+            100,
+            "1 ms ahead is allowed"
+        );
+        assert_eq!(
+            g.issue(99, 7, Overflow::Wait).unwrap(),
             Outcome {
                 ms: None,
-                waiting_for: 100,
+                waiting_for: 99,
                 clock_stepped_back_by: None,
-                clock: 100
+                clock: 99
             }
         );
-        assert_eq!(issued(&mut g, 101, 7, Overflow::Wait), 101);
+        assert_eq!(issued(&mut g, 100, 7, Overflow::Wait), 101);
     }
 
     #[test]
@@ -245,6 +241,11 @@ mod tests {
             "still recovering"
         );
         assert_eq!(issued(&mut g, 5_003, 1, Overflow::Wait), 5_003, "caught up");
+        assert_eq!(
+            issued(&mut g, 5_003, 1, Overflow::Wait),
+            5_004,
+            "1 ms ahead, as usual"
+        );
         assert_eq!(
             g.issue(5_003, 1, Overflow::Wait).unwrap().ms,
             None,
