@@ -3,7 +3,9 @@
 #   1. plain-Rust unit and property tests of the layout, time conversion, guard and lease
 #   2. #[pg_test]s (cargo pgrx test pg15), in a server with the library preloaded
 #   3. the pg_regress suite (tests/pg_regress), what a user sees in psql
-#   4. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL
+#   4. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL,
+#      3 clusters with a shard move
+#   5. the benchmark at smoke size (scripts/bench.sh --smoke)
 # Stops at the first failing stage. Ends with "N passed, N failed" over the stages.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
@@ -33,5 +35,6 @@ stage "pgrx tests" pgrx_tests
 stage "installing the test build for the SQL-level suites" install_extension test
 stage "pg_regress suite" bash scripts/regress.sh
 stage "cluster tests" bash tests/cluster/run.sh
+stage "benchmark smoke run" bash scripts/bench.sh --smoke
 echo
 echo "stages: $stages_passed passed, 0 failed"
