@@ -22,7 +22,7 @@ as_pg() {
 ensure_setup() {
     local sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
-    local pkgs=(postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR postgresql-contrib libclang-dev clang sudo python3)
+    local pkgs=(postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libclang-dev clang sudo python3)
     local missing=()
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -71,6 +71,10 @@ pub fn mode() -> &'static str {
     }
 }
 
+/// A lead over the clock that needs no lease: `wait` runs up to 1 ms ahead, and no restart is that
+/// quick, so after one the clock is past such ids anyway.
+const UNLEASED_LEAD_MS: i64 = 1;
+
 /// The lease file, relative to the data directory (every server process runs there).
 const LEASE_FILE: &str = "pg_shard_id.lease";
 
@@ -131,7 +135,7 @@ pub fn issue_ms(
         }
         match outcome.ms {
             Some(ms) => {
-                if ms > outcome.clock && is_cluster() {
+                if ms > outcome.clock + UNLEASED_LEAD_MS && is_cluster() {
                     cover_by_lease(table, ms + epoch_unix_ms);
                 }
                 break ms;

@@ -42,6 +42,10 @@ test_concurrent_sessions() {
         echo "  $rows ids in ${SECONDS_CONCURRENT}s from 4 sessions"
         check "$mode: ids were drawn" "$([ "$rows" -gt 100000 ] && echo yes)" yes
         check "$mode: duplicates among 4 concurrent sessions" "$(dups t)" 0
+        if [ "$mode" = wait ]; then
+            check "wait: never far enough ahead of the clock to need the lease file" \
+                "$(as_pg test -e "$PGHOST/data/pg_shard_id.lease" && echo written || echo none)" none
+        fi
         stop_cluster concurrent
     done
 }
