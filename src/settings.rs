@@ -167,7 +167,7 @@ fn define_max_sequences() {
     GucRegistry::define_int_guc(
         c"pg_shard_id.max_sequences",
         c"Sequences the cluster-wide uniqueness guard can track at once.",
-        c"One slot of about 170 bytes of shared memory per sequence. Needs a restart.",
+        c"One slot of 176 bytes of shared memory per sequence. Needs a restart.",
         &MAX_SEQUENCES,
         MAX_SEQUENCES_RANGE.0,
         MAX_SEQUENCES_RANGE.1,

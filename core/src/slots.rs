@@ -320,6 +320,13 @@ mod tests {
     }
 
     #[test]
+    fn a_slot_is_176_bytes() {
+        // pg_shard_id.max_sequences' description and the README quote this size
+        assert_eq!(std::mem::size_of::<Slot>(), 176);
+        assert_eq!(SlotTable::size_of(8192), 8192 * 176 + slots_offset());
+    }
+
+    #[test]
     fn one_key_one_slot_and_separate_guards_per_key() {
         let owned = OwnedSlotTable::new(4);
         let t = owned.table();
