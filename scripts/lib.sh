@@ -13,6 +13,17 @@ RUN_DIR="${PG_SHARD_ID_RUN_DIR:-/tmp/pg_shard_id}"
 
 say() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
 
+# check NAME ACTUAL EXPECTED: one test assertion of the shell suites, counted in PASSED/FAILED.
+PASSED=0
+FAILED=0
+check() {
+    if [ "$2" = "$3" ]; then
+        PASSED=$((PASSED + 1)); printf '  ok    %s (%s)\n' "$1" "$2"
+    else
+        FAILED=$((FAILED + 1)); printf '  FAIL  %s: got %s, expected %s\n' "$1" "$2" "$3"
+    fi
+}
+
 # Runs a command as the postgres OS user (initdb and the server refuse root) or as is otherwise.
 as_pg() {
     if [ "$(id -u)" = 0 ]; then sudo -u postgres -- "$@"; else "$@"; fi

@@ -14,12 +14,6 @@ source "$(dirname "$0")/lib.sh"
 
 SHARDS=12
 ROWS="${MANY_SHARDS_ROWS:-100000}"
-PASSED=0
-FAILED=0
-check() {
-    if [ "$2" = "$3" ]; then PASSED=$((PASSED + 1)); printf '  ok    %s (%s)\n' "$1" "$2"
-    else FAILED=$((FAILED + 1)); printf '  FAIL  %s: got %s, expected %s\n' "$1" "$2" "$3"; fi
-}
 declare -A HOST PORT
 on() { # on CLUSTER psql-args...: run psql against cluster CLUSTER
     local c="$1"; shift

@@ -131,7 +131,8 @@ pub fn issue_ms(
         };
         let outcome = outcome.unwrap_or_else(|e| crate::errors::raise(e, epoch_unix_ms));
         if let Some(step) = outcome.clock_stepped_back_by {
-            warn_clock_step(key, step, outcome.waiting_for);
+            // a step back makes the guard recover, never wait: `ms` is set
+            warn_clock_step(key, step, outcome.ms.unwrap_or(outcome.waiting_for));
         }
         match outcome.ms {
             Some(ms) => {
@@ -145,9 +146,10 @@ pub fn issue_ms(
     })
 }
 
-/// `wait`: every remainder of the guard's millisecond is taken. Usually the clock is in that
-/// millisecond and ticks within one, so spin (a sleep would oversleep by far more); if `borrow`
-/// left the guard further ahead, sleep in short steps.
+/// `wait`: the guard is already 1 ms ahead and its millisecond has no room (full, or the sequence
+/// wrapped), so wait until the clock passes `ms`. Usually that is less than a millisecond away, so
+/// spin (a sleep would oversleep by far more); if `borrow` left the guard further ahead, sleep in
+/// short steps.
 fn wait_until_past(ms: i64, clock: &impl Fn() -> i64) {
     loop {
         let now = clock();

@@ -5,17 +5,7 @@
 # Ends with the line "N passed, M failed"; exits non-zero if any failed.
 source "$(dirname "$0")/../../scripts/lib.sh"
 
-PASSED=0
-FAILED=0
 SECONDS_CONCURRENT="${CONCURRENT_SECONDS:-20}"
-
-check() { # check NAME ACTUAL EXPECTED
-    if [ "$2" = "$3" ]; then
-        PASSED=$((PASSED + 1)); printf '  ok    %s (%s)\n' "$1" "$2"
-    else
-        FAILED=$((FAILED + 1)); printf '  FAIL  %s: got %s, expected %s\n' "$1" "$2" "$3"
-    fi
-}
 q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 dups() { q -c "SELECT count(*) - count(DISTINCT id) FROM $1"; }
 decreases() { # rows whose millisecond is below the previous row's, in the order of column $2
