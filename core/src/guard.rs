@@ -1,56 +1,93 @@
 //! The uniqueness guard for one sequence.
 //!
-//! An id's low 10 bits are `nextval(seq) % 1024`, so two ids of one sequence (and one shard) are
-//! equal exactly when they share the millisecond and the remainder. The guard remembers, for the
-//! last millisecond it issued, which of the 1024 remainders are taken, and never hands out a
-//! (millisecond, remainder) pair twice:
+//! An id's low bits are `nextval(seq) mod SEQ_VALUES` (1024 with the default layout), so two ids
+//! of one sequence (and one shard) are equal exactly when they share the millisecond and the
+//! remainder. The guard remembers, for the last millisecond it issued, which remainders are taken,
+//! and never hands out a (millisecond, remainder) pair twice:
+//!
+//! ```text
+//!                    clock > ms                      remainder free, no wrap
+//!        +------------------------------+       +----------------------------+
+//!        v                              |       v                            |
+//!   [ issue at the clock ] -------> [ guard at ms ] -----------------> [ issue at ms ]
+//!                                       |
+//!                                       | remainder taken, or the sequence wrapped
+//!                                       v
+//!        recovering, or ms + 1 within the policy's lead  --> issue at ms + 1
+//!        otherwise                                        --> WaitUntilPast(ms - lead)
+//! ```
 //!
 //! * the clock moved past the guard's millisecond: start a fresh millisecond;
 //! * the remainder is free in the guard's millisecond: take it (even if that millisecond is ahead
 //!   of the clock);
 //! * it is taken, or the sequence wrapped around (the remainder fell far below the highest one of
 //!   the millisecond; moving on then makes one stream of `nextval` values give strictly increasing
-//!   ids): [`Overflow::Borrow`] moves on to the next millisecond at once; [`Overflow::Wait`] too
-//!   if that is at most 1 ms ahead of the clock, and otherwise asks the caller to wait until the
-//!   clock reaches the guard's millisecond. So `wait` is never more than 1 ms ahead of the clock
-//!   by itself and issues at most 1024 ids per millisecond on average;
-//! * except while *recovering*: after the clock stepped back (or after a restart whose floor is
-//!   ahead of the clock), both policies move on at once until the clock catches up. Waiting for a
-//!   clock that stepped back could take hours, so the guard never does.
+//!   ids): move on to the next millisecond if that is at most the policy's lead ahead of the
+//!   clock ([`Overflow::Wait`]: 1 ms, [`Overflow::Borrow`]: [`MAX_LEAD_MS`]), and otherwise tell
+//!   the caller to wait until the clock gets close enough;
+//! * except while *recovering*: after the clock stepped back (or after a restart, or an eviction,
+//!   whose floor is ahead of the clock), both policies move on at once until the clock catches up.
+//!   Waiting for a clock that stepped back could take hours, so the guard never does.
 //!
 //! The issued millisecond therefore never decreases, whatever the clock does. All values here are
-//! milliseconds since the id epoch (the id's own timestamp field), so even a change of epoch cannot
-//! make the guard repeat a field value.
+//! milliseconds since the id epoch (the id's own timestamp field).
+
+use crate::layout::{check_ms, LayoutError, MAX_SEQ, SEQ_VALUES};
 
 /// What to do when the current millisecond has no free remainder left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Overflow {
-    /// Wait for the clock to reach the next millisecond: timestamps stay true, at most 1024 ids
-    /// per millisecond per sequence.
+    /// Wait for the clock to reach the next millisecond: timestamps stay true, at most
+    /// `SEQ_VALUES` ids per millisecond per sequence.
     Wait,
-    /// Use the next millisecond at once: timestamps may run ahead of the clock.
+    /// Use the next millisecond at once: timestamps may run ahead of the clock, by at most
+    /// [`MAX_LEAD_MS`].
     Borrow,
 }
 
-/// The result of one [`GuardState::issue`] call.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Outcome {
-    /// The millisecond to put in the id, or `None`: wait until the clock passes `waiting_for` and
-    /// call again with the same remainder.
-    pub ms: Option<i64>,
-    /// The millisecond the guard waits to leave (meaningful when `ms` is `None`).
-    pub waiting_for: i64,
-    /// The clock reading was this many ms behind the previous reading seen by this guard. Reported
-    /// once per step, by the call that first sees it.
-    pub clock_stepped_back_by: Option<i64>,
-    /// The clock reading the decision was made with.
-    pub clock: i64,
+/// The furthest `borrow` runs ahead of the clock by itself (10 minutes). Past it, `borrow` waits
+/// for the clock like `wait` does. The bound is what makes a lost lease file recoverable: a fresh
+/// floor of "clock + `MAX_LEAD_MS` + one lease step" is above every id the lost lease could have
+/// covered (see [`crate::lease`]). At 1024 ids per ms a sequence reaches it only after drawing
+/// more than 600 million ids faster than the layout's rate.
+pub const MAX_LEAD_MS: i64 = 600_000;
+
+impl Overflow {
+    /// How far ahead of the clock this policy moves on by itself.
+    pub const fn max_lead_ms(self) -> i64 {
+        match self {
+            Overflow::Wait => 1,
+            Overflow::Borrow => MAX_LEAD_MS,
+        }
+    }
 }
 
-use crate::layout::{check_ms, LayoutError};
+/// What [`GuardState::issue`] decided.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Decision {
+    /// Put millisecond `ms` in the id.
+    Issue {
+        ms: i64,
+        /// The clock reading the decision was made with.
+        clock: i64,
+        /// The clock reading was this many ms behind the previous reading seen by this guard.
+        /// Reported once per step, by the call that first sees it.
+        clock_stepped_back_by: Option<i64>,
+    },
+    /// Nothing was issued: wait until the clock passes this millisecond, then ask again with the
+    /// same remainder.
+    WaitUntilPast(i64),
+}
 
-const WORDS: usize = 1024 / 64;
+const BITS_PER_WORD: usize = u64::BITS as usize;
+/// Words of the per-millisecond bit set: one bit per remainder.
+const WORDS: usize = (SEQ_VALUES as usize).div_ceil(BITS_PER_WORD);
+/// A remainder this far below the highest one issued in the millisecond means the sequence
+/// wrapped around; smaller gaps are reorderings between concurrent sessions.
+const WRAP_DISTANCE: u64 = SEQ_VALUES as u64 / 2;
 const NEVER: i64 = i64::MIN;
+// Remainders travel as u16.
+const _: () = assert!(crate::layout::SEQ_BITS <= u16::BITS);
 
 /// The guard's memory for one sequence. Plain data (`#[repr(C)]`, no pointers) so that it can live
 /// in PostgreSQL shared memory.
@@ -61,8 +98,8 @@ pub struct GuardState {
     ms: i64,
     /// The last clock reading seen ([`i64::MIN`] before the first id).
     clock: i64,
-    /// 1 while the guard is ahead of a clock that stepped back (or of a restart floor): no
-    /// waiting until the clock passes `ms`. (A `u64` to keep the layout free of padding.)
+    /// 1 while the guard is ahead of a clock that stepped back (or of a floor): no waiting until
+    /// the clock passes `ms`. (A `u64` to keep the layout free of padding.)
     recovering: u64,
     /// One more than the highest remainder issued in `ms` (0: none).
     high: u64,
@@ -89,9 +126,13 @@ impl GuardState {
     }
 
     /// A guard that must not issue below millisecond `floor`: for a sequence first seen after a
-    /// restart, when ids made before it may be ahead of the clock. It behaves as if recovering
-    /// from a clock step until the clock passes `floor`.
+    /// restart or after its slot was given to another sequence, when earlier ids may be ahead of
+    /// the clock. It behaves as if recovering from a clock step until the clock passes `floor`.
+    /// A floor of `i64::MIN` is no floor.
     pub const fn with_floor(floor: i64) -> Self {
+        if floor == NEVER {
+            return Self::new();
+        }
         GuardState {
             ms: floor,
             clock: NEVER,
@@ -101,14 +142,14 @@ impl GuardState {
         }
     }
 
-    /// The last millisecond issued, if any.
+    /// The last millisecond issued (or the floor it starts from), if any.
     pub fn last_ms(&self) -> Option<i64> {
         (self.ms != NEVER).then_some(self.ms)
     }
 
-    /// Decides the millisecond for an id whose sequence field is `remainder` (`0..1024`), given
-    /// the clock reading `now`. Callers that share one guard must read the clock while holding the
-    /// guard's lock, so that readings reach the guard in order.
+    /// Decides the millisecond for an id whose sequence field is `remainder` (`0..=MAX_SEQ`),
+    /// given the clock reading `now`. Callers that share one guard must read the clock while
+    /// holding the guard's lock, so that readings reach the guard in order.
     ///
     /// A clock outside the layout (before the epoch, past the horizon), or a guard that would have
     /// to move past the horizon, is an error and leaves the guard as it was.
@@ -117,37 +158,39 @@ impl GuardState {
         now: i64,
         remainder: u16,
         overflow: Overflow,
-    ) -> Result<Outcome, LayoutError> {
-        debug_assert!(remainder < 1024);
+    ) -> Result<Decision, LayoutError> {
+        debug_assert!(i64::from(remainder) <= MAX_SEQ);
         check_ms(now)?;
         let clock_stepped_back_by =
             (self.clock != NEVER && now < self.clock).then(|| self.clock - now);
-        let outcome = |ms, waiting_for| Outcome {
-            ms,
-            waiting_for,
-            clock_stepped_back_by,
-            clock: now,
-        };
 
         if now > self.ms {
             self.start_ms(now);
             self.recovering = 0;
         } else if self.is_used(remainder) || self.wrapped(remainder) {
             let recovering = self.recovering != 0 || clock_stepped_back_by.is_some();
-            if overflow == Overflow::Wait && !recovering && self.ms > now {
-                // `wait` may be 1 ms ahead of the clock, never more: wait until the clock reaches
-                // the guard's millisecond, then take the next one.
+            let lead = overflow.max_lead_ms();
+            if !recovering && self.ms >= now + lead {
+                // Moving on would put the guard more than `lead` ahead of the clock: wait until
+                // the clock is close enough to take the next millisecond.
                 self.clock = now;
-                return Ok(outcome(None, self.ms - 1));
+                return Ok(Decision::WaitUntilPast(self.ms - lead));
             }
             self.start_ms(check_ms(self.ms + 1)?);
+        } else {
+            // Only a floor (from the lease file) can have put the guard past the horizon.
+            check_ms(self.ms)?;
         }
         if clock_stepped_back_by.is_some() {
             self.recovering = 1;
         }
         self.clock = now;
         self.mark_used(remainder);
-        Ok(outcome(Some(self.ms), self.ms))
+        Ok(Decision::Issue {
+            ms: self.ms,
+            clock: now,
+            clock_stepped_back_by,
+        })
     }
 
     fn start_ms(&mut self, ms: i64) {
@@ -162,16 +205,23 @@ impl GuardState {
     /// of the primary key instead of splitting pages in the middle. Small reorderings between
     /// concurrent sessions (less than half the range) do not count.
     fn wrapped(&self, remainder: u16) -> bool {
-        u64::from(remainder) + 512 < self.high
+        u64::from(remainder) + WRAP_DISTANCE < self.high
+    }
+
+    fn bit(remainder: u16) -> (usize, u64) {
+        let r = usize::from(remainder);
+        (r / BITS_PER_WORD, 1 << (r % BITS_PER_WORD))
     }
 
     fn is_used(&self, remainder: u16) -> bool {
-        self.used[usize::from(remainder / 64)] & (1 << (remainder % 64)) != 0
+        let (word, bit) = Self::bit(remainder);
+        self.used[word] & bit != 0
     }
 
     fn mark_used(&mut self, remainder: u16) {
         self.high = self.high.max(u64::from(remainder) + 1);
-        self.used[usize::from(remainder / 64)] |= 1 << (remainder % 64);
+        let (word, bit) = Self::bit(remainder);
+        self.used[word] |= bit;
     }
 }
 
@@ -182,10 +232,18 @@ mod tests {
     use std::collections::HashSet;
 
     fn issued(g: &mut GuardState, now: i64, r: u16, o: Overflow) -> i64 {
-        g.issue(now, r, o)
-            .unwrap()
-            .ms
-            .expect("expected an id, not a wait")
+        match g.issue(now, r, o).unwrap() {
+            Decision::Issue { ms, .. } => ms,
+            wait => panic!("expected an id, not {wait:?}"),
+        }
+    }
+
+    /// The millisecond issued, or `None` for a wait.
+    fn ms_of(d: Decision) -> Option<i64> {
+        match d {
+            Decision::Issue { ms, .. } => Some(ms),
+            Decision::WaitUntilPast(_) => None,
+        }
     }
 
     #[test]
@@ -207,12 +265,7 @@ mod tests {
         );
         assert_eq!(
             g.issue(99, 7, Overflow::Wait).unwrap(),
-            Outcome {
-                ms: None,
-                waiting_for: 99,
-                clock_stepped_back_by: None,
-                clock: 99
-            }
+            Decision::WaitUntilPast(99)
         );
         assert_eq!(issued(&mut g, 100, 7, Overflow::Wait), 101);
     }
@@ -226,7 +279,7 @@ mod tests {
         assert_eq!(issued(&mut g, 100, 8, Overflow::Borrow), 101);
         // wait uses the free room borrow made, but does not grow the lead: it waits for the clock
         assert_eq!(issued(&mut g, 100, 9, Overflow::Wait), 101);
-        assert_eq!(g.issue(100, 8, Overflow::Wait).unwrap().ms, None);
+        assert_eq!(ms_of(g.issue(100, 8, Overflow::Wait).unwrap()), None);
         assert_eq!(issued(&mut g, 102, 8, Overflow::Wait), 102);
     }
 
@@ -247,7 +300,7 @@ mod tests {
             "1 ms ahead, as usual"
         );
         assert_eq!(
-            g.issue(5_003, 1, Overflow::Wait).unwrap().ms,
+            ms_of(g.issue(5_003, 1, Overflow::Wait).unwrap()),
             None,
             "waits again"
         );
@@ -269,13 +322,22 @@ mod tests {
     fn a_clock_step_back_is_reported_once_and_never_decreases_the_millisecond() {
         let mut g = GuardState::new();
         issued(&mut g, 5_000, 1, Overflow::Wait);
-        let step = g.issue(3_000, 1, Overflow::Wait).unwrap();
-        assert_eq!(step.ms, Some(5_001));
-        assert_eq!(step.clock, 3_000);
-        assert_eq!(step.clock_stepped_back_by, Some(2_000));
-        let next = g.issue(3_001, 2, Overflow::Wait).unwrap();
-        assert_eq!(next.ms, Some(5_001));
-        assert_eq!(next.clock_stepped_back_by, None);
+        assert_eq!(
+            g.issue(3_000, 1, Overflow::Wait).unwrap(),
+            Decision::Issue {
+                ms: 5_001,
+                clock: 3_000,
+                clock_stepped_back_by: Some(2_000)
+            }
+        );
+        assert_eq!(
+            g.issue(3_001, 2, Overflow::Wait).unwrap(),
+            Decision::Issue {
+                ms: 5_001,
+                clock: 3_001,
+                clock_stepped_back_by: None
+            }
+        );
     }
 
     #[test]
@@ -288,7 +350,7 @@ mod tests {
             8,
             "0 after 1023: next ms"
         );
-        assert_eq!(g.issue(8, 1, Overflow::Wait).unwrap().ms, Some(8));
+        assert_eq!(ms_of(g.issue(8, 1, Overflow::Wait).unwrap()), Some(8));
         // a small reordering between sessions stays in the millisecond
         assert_eq!(issued(&mut g, 8, 600, Overflow::Wait), 8);
         assert_eq!(issued(&mut g, 8, 300, Overflow::Wait), 8);
@@ -296,18 +358,60 @@ mod tests {
         assert_eq!(issued(&mut g, 8, 2, Overflow::Wait), 9);
         assert_eq!(issued(&mut g, 8, 900, Overflow::Wait), 9);
         // ... but a second wrap while 1 ms ahead waits for the clock to reach that millisecond
-        let wait = g.issue(8, 3, Overflow::Wait).unwrap();
-        assert_eq!((wait.ms, wait.waiting_for), (None, 8));
+        assert_eq!(
+            g.issue(8, 3, Overflow::Wait).unwrap(),
+            Decision::WaitUntilPast(8)
+        );
         assert_eq!(issued(&mut g, 9, 3, Overflow::Wait), 10);
     }
 
     #[test]
-    fn a_full_millisecond_holds_exactly_1024_ids() {
+    fn a_full_millisecond_holds_exactly_seq_values_ids() {
+        // Catches a bit set or wrap threshold out of step with the layout: every value of the
+        // sequence field fits once into one millisecond, the next one moves on.
         let mut g = GuardState::new();
-        for r in 0..1024 {
-            assert_eq!(issued(&mut g, 0, r, Overflow::Borrow), 0);
+        for r in 0..=MAX_SEQ as u16 {
+            assert_eq!(issued(&mut g, 0, r, Overflow::Borrow), 0, "remainder {r}");
         }
-        assert_eq!(issued(&mut g, 0, 0, Overflow::Borrow), 1);
+        for r in 0..=MAX_SEQ as u16 {
+            assert_eq!(issued(&mut g, 0, r, Overflow::Borrow), 1, "remainder {r}");
+        }
+        assert_eq!(issued(&mut g, 0, 0, Overflow::Borrow), 2);
+        assert_eq!(WORDS * BITS_PER_WORD, SEQ_VALUES as usize);
+    }
+
+    #[test]
+    fn borrow_runs_at_most_max_lead_ahead_of_the_clock() {
+        let mut g = GuardState::new();
+        issued(&mut g, 0, 0, Overflow::Borrow);
+        let mut ms = 0;
+        // the same remainder again and again: one new millisecond per id
+        while ms < MAX_LEAD_MS {
+            ms = issued(&mut g, 0, 0, Overflow::Borrow);
+        }
+        assert_eq!(ms, MAX_LEAD_MS);
+        assert_eq!(
+            g.issue(0, 0, Overflow::Borrow).unwrap(),
+            Decision::WaitUntilPast(0)
+        );
+        assert_eq!(issued(&mut g, 1, 0, Overflow::Borrow), MAX_LEAD_MS + 1);
+    }
+
+    #[test]
+    fn a_floor_past_the_horizon_is_an_error_that_leaves_the_guard_as_it_was() {
+        use crate::layout::MAX_MS;
+        let mut g = GuardState::with_floor(MAX_MS + 5);
+        let before = g;
+        assert_eq!(
+            g.issue(100, 1, Overflow::Wait),
+            Err(LayoutError::PastHorizon(MAX_MS + 5))
+        );
+        assert_eq!(g, before);
+    }
+
+    #[test]
+    fn a_floor_of_never_is_no_floor() {
+        assert_eq!(GuardState::with_floor(i64::MIN), GuardState::new());
     }
 
     #[test]
@@ -376,9 +480,12 @@ mod tests {
                 clock += step.clock_delta;
                 let overflow = if step.borrow { Overflow::Borrow } else { Overflow::Wait };
                 let ms = loop {
-                    match g.issue(clock, step.remainder, overflow).unwrap().ms {
-                        Some(ms) => break ms,
-                        None => clock += 1, // the caller waits for the clock to tick
+                    match g.issue(clock, step.remainder, overflow).unwrap() {
+                        Decision::Issue { ms, .. } => break ms,
+                        Decision::WaitUntilPast(ms) => {
+                            prop_assert!(ms >= clock, "asked to wait for a clock already past {}", ms);
+                            clock += 1; // the caller waits for the clock to tick
+                        }
                     }
                 };
                 prop_assert!(ms >= last, "millisecond went back from {} to {}", last, ms);
@@ -400,7 +507,7 @@ mod tests {
                 let overflow = if borrow { Overflow::Borrow } else { Overflow::Wait };
                 let before = g.last_ms().unwrap_or(i64::MIN);
                 let ms = loop {
-                    match g.issue(clock, r, overflow).unwrap().ms {
+                    match ms_of(g.issue(clock, r, overflow).unwrap()) {
                         Some(ms) => break ms,
                         None => clock += 1,
                     }
@@ -423,9 +530,9 @@ mod tests {
             let mut last = (i64::MIN, 0u16);
             for (i, tick) in ticks.into_iter().enumerate() {
                 clock += tick;
-                let r = ((start + i as i64) % 1024) as u16;
+                let r = ((start + i as i64) % SEQ_VALUES) as u16;
                 let ms = loop {
-                    match g.issue(clock, r, overflow).unwrap().ms {
+                    match ms_of(g.issue(clock, r, overflow).unwrap()) {
                         Some(ms) => break ms,
                         None => clock += 1,
                     }
@@ -444,7 +551,7 @@ mod tests {
             for (delta, r) in deltas {
                 clock += delta;
                 let ms = loop {
-                    match g.issue(clock, r, Overflow::Wait).unwrap().ms {
+                    match ms_of(g.issue(clock, r, Overflow::Wait).unwrap()) {
                         Some(ms) => break ms,
                         None => clock += 1,
                     }

@@ -19,17 +19,22 @@ pub const SHARD_BITS: u32 = 13;
 /// Width of the per-millisecond sequence field.
 pub const SEQ_BITS: u32 = 10;
 
+// The three fields fill a bigint exactly.
+const _: () = assert!(TIMESTAMP_BITS + SHARD_BITS + SEQ_BITS == 64);
+
 /// Where the shard field starts.
 pub const SHARD_SHIFT: u32 = SEQ_BITS;
 /// Where the millisecond field starts.
 pub const TIMESTAMP_SHIFT: u32 = SEQ_BITS + SHARD_BITS;
 
+/// Number of logical shards the shard field can name (8192).
+pub const SHARD_COUNT: i64 = 1 << SHARD_BITS;
 /// Largest logical shard number (8191).
-pub const MAX_SHARD: i64 = (1 << SHARD_BITS) - 1;
-/// Largest value of the sequence field (1023).
-pub const MAX_SEQ: i64 = (1 << SEQ_BITS) - 1;
+pub const MAX_SHARD: i64 = SHARD_COUNT - 1;
 /// Number of distinct sequence-field values in one millisecond (1024).
 pub const SEQ_VALUES: i64 = 1 << SEQ_BITS;
+/// Largest value of the sequence field (1023).
+pub const MAX_SEQ: i64 = SEQ_VALUES - 1;
 /// Largest millisecond offset that still gives a positive id: 2^40 - 1.
 pub const MAX_MS: i64 = (1 << (TIMESTAMP_BITS - 1)) - 1;
 
@@ -47,9 +52,9 @@ pub struct IdParts {
 /// Why a value does not fit the layout. The extension maps each to an SQLSTATE.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum LayoutError {
-    /// The shard is outside `0 ..= 8191` (SQLSTATE 22003).
+    /// The shard is outside `0 ..= MAX_SHARD` (SQLSTATE 22003).
     ShardOutOfRange(i64),
-    /// The sequence field is outside `0 ..= 1023` (SQLSTATE 22003).
+    /// The sequence field is outside `0 ..= MAX_SEQ` (SQLSTATE 22003).
     SeqOutOfRange(i64),
     /// The timestamp is before the epoch (SQLSTATE 22008).
     BeforeEpoch(i64),
@@ -82,6 +87,15 @@ impl std::fmt::Display for LayoutError {
             }
         }
     }
+}
+
+/// A one-line description of the layout for hints and setting descriptions, e.g.
+/// "41 bits ms since the epoch, 13 bits shard (0..8191), 10 bits seq (0..1023)".
+pub fn describe() -> String {
+    format!(
+        "{TIMESTAMP_BITS} bits ms since the epoch, {SHARD_BITS} bits shard (0..{MAX_SHARD}), \
+         {SEQ_BITS} bits seq (0..{MAX_SEQ})"
+    )
 }
 
 /// Checks a shard number.
@@ -121,7 +135,7 @@ pub fn compose(parts: IdParts) -> Result<i64, LayoutError> {
     Ok((ms << TIMESTAMP_SHIFT) | (shard << SHARD_SHIFT) | seq)
 }
 
-/// The sequence field for a value drawn from a sequence: `value mod 1024`, always in `0..1024`,
+/// The sequence field for a value drawn from a sequence: `value mod SEQ_VALUES`, always in range,
 /// also for negative values of a descending sequence (Instagram's `%` would go negative there and
 /// corrupt the shard bits).
 pub fn seq_field(sequence_value: i64) -> i64 {

@@ -11,3 +11,22 @@ pub mod routing;
 pub mod shortcode;
 pub mod slots;
 pub mod time;
+
+/// At most `max_chars` characters of `text`, with "..." after a cut: error messages echo user
+/// input, and a 1 MB input must not make a 1 MB message.
+pub fn echo(text: &str, max_chars: usize) -> String {
+    match text.char_indices().nth(max_chars) {
+        Some((cut, _)) => format!("{}...", &text[..cut]),
+        None => text.to_string(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn echo_cuts_long_input_on_a_character_boundary() {
+        assert_eq!(super::echo("short", 10), "short");
+        assert_eq!(super::echo(&"x".repeat(1_000_000), 5), "xxxxx...");
+        assert_eq!(super::echo("ééééé", 3), "ééé...");
+    }
+}

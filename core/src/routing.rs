@@ -5,8 +5,10 @@
 //! reproduce in five lines, with no seed, so the shard of a key is the same on every version,
 //! platform and restart. The known answers below pin it.
 
-/// Largest shard count: one per value of the 13-bit shard field.
-pub const MAX_SHARD_COUNT: i64 = 8192;
+use crate::layout::SHARD_COUNT;
+
+/// Largest shard count: one per value of the shard field.
+pub const MAX_SHARD_COUNT: i64 = SHARD_COUNT;
 
 /// Why a shard count is refused.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -42,9 +44,10 @@ pub fn fnv1a64(bytes: &[u8]) -> u64 {
     })
 }
 
-/// `fnv1a64(utf8 bytes of key) mod shard_count`.
-pub fn shard_for_text(key: &str, shard_count: i64) -> Result<i64, ShardCountOutOfRange> {
-    Ok((fnv1a64(key.as_bytes()) % check_count(shard_count)?) as i64)
+/// `fnv1a64(key) mod shard_count`. `key` is the text's UTF-8 bytes (the SQL layer converts from
+/// the database encoding first, so a key routes the same in every database).
+pub fn shard_for_text(key: &[u8], shard_count: i64) -> Result<i64, ShardCountOutOfRange> {
+    Ok((fnv1a64(key) % check_count(shard_count)?) as i64)
 }
 
 #[cfg(test)]
@@ -66,16 +69,27 @@ mod tests {
         assert_eq!(fnv1a64(b"a"), 0xaf63dc4c8601ec8c);
         assert_eq!(fnv1a64(b"foobar"), 0x85944171f73967e8);
         assert_eq!(fnv1a64("ünïcode".as_bytes()), 0xb1b0d40350a25beb);
-        assert_eq!(shard_for_text("alice@example.com", 2000), Ok(198));
-        assert_eq!(shard_for_text("", 2000), Ok(37));
-        assert_eq!(shard_for_text("a", 2000), Ok(1996));
+        assert_eq!(shard_for_text(b"alice@example.com", 2000), Ok(198));
+        assert_eq!(shard_for_text(b"", 2000), Ok(37));
+        assert_eq!(shard_for_text(b"a", 2000), Ok(1996));
+    }
+
+    #[test]
+    fn the_largest_count_is_the_layouts_shard_count_and_every_result_fits_the_shard_field() {
+        use crate::layout::{check_shard, MAX_SHARD};
+        assert_eq!(MAX_SHARD_COUNT, MAX_SHARD + 1);
+        for key in [0, 1, -1, i64::MIN, i64::MAX, 8191, 8192] {
+            let s = shard_for_int(key, MAX_SHARD_COUNT).unwrap();
+            assert_eq!(check_shard(s), Ok(s));
+        }
+        assert!(shard_for_int(1, MAX_SHARD_COUNT + 1).is_err());
     }
 
     #[test]
     fn counts_outside_1_to_8192_are_refused() {
         for bad in [0, -1, 8193, i64::MAX] {
             assert_eq!(shard_for_int(1, bad), Err(ShardCountOutOfRange(bad)));
-            assert_eq!(shard_for_text("x", bad), Err(ShardCountOutOfRange(bad)));
+            assert_eq!(shard_for_text(b"x", bad), Err(ShardCountOutOfRange(bad)));
         }
         assert!(shard_for_int(1, 8192).is_ok());
     }
@@ -85,7 +99,7 @@ mod tests {
         fn always_a_valid_shard(key in any::<i64>(), text in ".*", count in 1i64..=8192) {
             let s = shard_for_int(key, count).unwrap();
             prop_assert!((0..count).contains(&s));
-            let t = shard_for_text(&text, count).unwrap();
+            let t = shard_for_text(text.as_bytes(), count).unwrap();
             prop_assert!((0..count).contains(&t));
         }
     }

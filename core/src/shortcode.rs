@@ -57,15 +57,16 @@ pub fn encode(id: i64) -> String {
 
 /// The id a shortcode stands for.
 pub fn decode(code: &str) -> Result<i64, ShortcodeError> {
-    let bytes = code.as_bytes();
-    if bytes.len() != SHORTCODE_LEN {
-        return Err(ShortcodeError::Length(code.chars().count()));
+    // Count and index characters, not bytes: 11 two-byte characters are 11 characters.
+    let length = code.chars().count();
+    if length != SHORTCODE_LEN {
+        return Err(ShortcodeError::Length(length));
     }
     let mut acc: u128 = 0;
-    for (i, &b) in bytes.iter().enumerate() {
+    for (i, c) in code.chars().enumerate() {
         let v = ALPHABET
             .iter()
-            .position(|&a| a == b)
+            .position(|&a| char::from(a) == c)
             .ok_or(ShortcodeError::Character(i))?;
         acc = (acc << 6) | v as u128;
     }
@@ -109,7 +110,11 @@ mod tests {
         assert_eq!(decode("AClX=gwU94k"), Err(ShortcodeError::Character(4)));
         assert_eq!(decode("AClX-gwU94l"), Err(ShortcodeError::NotCanonical));
         assert_eq!(decode("gAAAAAAAAAA"), Err(ShortcodeError::Negative));
-        assert_eq!(decode("AClX-gwU9ü"), Err(ShortcodeError::Character(9)));
+        assert_eq!(decode("AClX-gwU9ü"), Err(ShortcodeError::Length(10)));
+        assert_eq!(decode("AClX-gwU9üA"), Err(ShortcodeError::Character(9)));
+        // 11 characters of two bytes each: the right count in the message
+        assert_eq!(decode("ééééééééééé"), Err(ShortcodeError::Character(0)));
+        assert_eq!(decode("éééééééééé"), Err(ShortcodeError::Length(10)));
     }
 
     proptest! {

@@ -6,21 +6,21 @@
 //!   that can raise an error runs while a lock is held.
 //! * A slot's key is `(database oid, sequence oid)`. Keys are claimed under one table-wide claim
 //!   lock, so one key never gets two slots. Slots never become empty again, so open-addressing
-//!   probe chains never break.
-//! * When every slot is taken, a slot is reused only if its last millisecond is more than
-//!   [`REUSE_AFTER_MS`] behind the clock: a sequence that comes back after that gets a fresh
-//!   guard, which is safe because its next id is at least that much later than its last one.
-//!   Otherwise the caller gets [`TableFull`] and raises an error.
+//!   probe chains never break. Lock order: the claim lock, then one slot lock.
+//! * **The table is never full.** When every slot is taken, the least recently used slot is given
+//!   to the new sequence, and the evicted guard's last millisecond, plus one, goes into the
+//!   table's *floor*: every guard created from then on starts at or above it. A sequence that comes
+//!   back after its slot was taken therefore issues above everything it issued before, and no
+//!   amount of churn (say, a role creating thousands of temporary sequences) can make another
+//!   sequence fail or repeat. The same floor carries the lease file's value after a restart.
+//! * Claiming a slot and issuing its first id happen in one critical section, so a claimed slot
+//!   cannot be evicted before its claimer has used it: every call makes progress.
 
-use crate::guard::{GuardState, Outcome, Overflow};
+use crate::guard::{Decision, GuardState, Overflow};
 use crate::layout::LayoutError;
 use std::cell::UnsafeCell;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, AtomicUsize, Ordering};
-
-/// A slot whose last id is older than this (in ms) may be given to another sequence when the
-/// table is full.
-pub const REUSE_AFTER_MS: i64 = 60_000;
 
 /// `(database oid << 32) | sequence oid`; 0 marks an empty slot.
 pub type SlotKey = u64;
@@ -30,17 +30,23 @@ pub const fn slot_key(database_oid: u32, sequence_oid: u32) -> SlotKey {
     ((database_oid as u64) << 32) | sequence_oid as u64
 }
 
-/// Every slot is in use by a sequence that issued an id within [`REUSE_AFTER_MS`].
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct TableFull {
-    pub capacity: usize,
+/// The sequence oid of a key.
+pub const fn sequence_of(key: SlotKey) -> u32 {
+    key as u32
 }
+
+/// Shared memory per slot, in bytes (the `pg_shard_id.max_sequences` description quotes it).
+pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
 
 /// A test-and-test-and-set spinlock on one 32-bit word, usable across processes.
 #[repr(C)]
 pub struct SpinLock(AtomicU32);
 
 impl SpinLock {
+    const fn new() -> Self {
+        SpinLock(AtomicU32::new(0))
+    }
+
     fn lock(&self) -> SpinGuard<'_> {
         let mut spins = 0u32;
         loop {
@@ -76,9 +82,10 @@ impl Drop for SpinGuard<'_> {
 struct Header {
     capacity: usize,
     in_use: AtomicUsize,
+    evictions: AtomicU64,
     /// The lease written so far (Unix ms), see [`crate::lease`].
     lease: AtomicI64,
-    /// The lease found at start-up (Unix ms): the floor under every fresh guard.
+    /// The floor under fresh guards, in the guards' units (ms since the epoch); `i64::MIN`: none.
     floor: AtomicI64,
     claim_lock: SpinLock,
 }
@@ -87,6 +94,9 @@ struct Header {
 struct Slot {
     lock: SpinLock,
     key: AtomicU64,
+    /// The clock reading of the last claim or issue: what "least recently used" means.
+    last_used: AtomicI64,
+    /// Written only with `lock` held.
     state: UnsafeCell<GuardState>,
 }
 
@@ -97,8 +107,10 @@ pub struct SlotTable {
     slots: NonNull<Slot>,
 }
 
-// SAFETY: all access to the shared memory goes through atomics and the per-slot spinlocks.
+// SAFETY: the view is two pointers into memory that outlives it (a contract of `init_in` and
+// `attach`); all access to that memory goes through atomics and the per-slot spinlocks.
 unsafe impl Send for SlotTable {}
+// SAFETY: as for `Send`.
 unsafe impl Sync for SlotTable {}
 
 const fn slots_offset() -> usize {
@@ -109,7 +121,7 @@ const fn slots_offset() -> usize {
 impl SlotTable {
     /// Bytes needed for a table of `capacity` slots.
     pub const fn size_of(capacity: usize) -> usize {
-        slots_offset() + capacity * std::mem::size_of::<Slot>()
+        slots_offset() + capacity * SLOT_BYTES
     }
 
     /// Alignment the memory block needs.
@@ -126,23 +138,28 @@ impl SlotTable {
     ///
     /// # Safety
     /// `mem` must be valid for writes of [`SlotTable::size_of`]`(capacity)` bytes, aligned to
-    /// [`SlotTable::align`], and not used by anyone else until this returns.
+    /// [`SlotTable::align`], not used by anyone else until this returns, and outlive every use of
+    /// the table.
     pub unsafe fn init_in(mem: *mut u8, capacity: usize) -> SlotTable {
         assert!(capacity > 0);
+        let header = mem.cast::<Header>();
+        // SAFETY: the caller guarantees `mem` is writable, aligned and large enough for the header
+        // and `capacity` slots at `slots_offset()`.
         unsafe {
-            let header = mem.cast::<Header>();
             header.write(Header {
                 capacity,
                 in_use: AtomicUsize::new(0),
+                evictions: AtomicU64::new(0),
                 lease: AtomicI64::new(i64::MIN),
                 floor: AtomicI64::new(i64::MIN),
-                claim_lock: SpinLock(AtomicU32::new(0)),
+                claim_lock: SpinLock::new(),
             });
             let slots = mem.add(slots_offset()).cast::<Slot>();
             for i in 0..capacity {
                 slots.add(i).write(Slot {
-                    lock: SpinLock(AtomicU32::new(0)),
+                    lock: SpinLock::new(),
                     key: AtomicU64::new(0),
+                    last_used: AtomicI64::new(i64::MIN),
                     state: UnsafeCell::new(GuardState::new()),
                 });
             }
@@ -155,20 +172,22 @@ impl SlotTable {
     /// # Safety
     /// `mem` must point to such a table, which must outlive every use of the view.
     pub unsafe fn attach(mem: *mut u8) -> SlotTable {
-        unsafe {
-            SlotTable {
-                header: NonNull::new(mem.cast()).expect("slot table at a null address"),
-                slots: NonNull::new(mem.add(slots_offset()).cast()).expect("null slots"),
-            }
+        SlotTable {
+            header: NonNull::new(mem.cast()).expect("slot table at a null address"),
+            // SAFETY: the table's slots start `slots_offset()` bytes in (caller's contract).
+            slots: NonNull::new(unsafe { mem.add(slots_offset()) }.cast()).expect("null slots"),
         }
     }
 
     fn header(&self) -> &Header {
+        // SAFETY: `header` points to an initialised `Header` that outlives `self` (constructor
+        // contracts); it is only read through shared references and atomics.
         unsafe { self.header.as_ref() }
     }
 
     fn slot(&self, index: usize) -> &Slot {
         assert!(index < self.capacity());
+        // SAFETY: `index` is in bounds, and the slots were initialised by `init_in`.
         unsafe { &*self.slots.as_ptr().add(index) }
     }
 
@@ -177,96 +196,127 @@ impl SlotTable {
         self.header().capacity
     }
 
-    /// The lease written so far, in Unix ms (shared by every process).
-    pub fn lease(&self) -> &AtomicI64 {
-        &self.header().lease
-    }
-
-    /// Sets the floor (Unix ms) under guards created from now on, and the lease to match.
-    pub fn set_floor(&self, unix_ms: i64) {
-        self.header().floor.store(unix_ms, Ordering::Relaxed);
-        self.header().lease.fetch_max(unix_ms, Ordering::AcqRel);
-    }
-
-    /// The floor under fresh guards, in Unix ms (`i64::MIN` for none).
-    pub fn floor(&self) -> i64 {
-        self.header().floor.load(Ordering::Relaxed)
-    }
-
     /// Number of slots that hold a sequence.
     pub fn in_use(&self) -> usize {
         self.header().in_use.load(Ordering::Relaxed)
     }
 
-    /// The slot that holds `key`, claiming one if there is none. `now` (a clock reading in the
-    /// guard's units) decides which slots are old enough to reuse when the table is full; a slot
-    /// claimed while `floor` is ahead of `now` starts with [`GuardState::with_floor`].
-    pub fn slot_for(&self, key: SlotKey, now: i64, floor: i64) -> Result<usize, TableFull> {
-        let fresh = if floor > now {
-            GuardState::with_floor(floor)
-        } else {
-            GuardState::new()
-        };
+    /// How many times a slot was taken from one sequence and given to another.
+    pub fn evictions(&self) -> u64 {
+        self.header().evictions.load(Ordering::Relaxed)
+    }
+
+    /// The lease written so far, in Unix ms (shared by every process).
+    pub fn lease(&self) -> &AtomicI64 {
+        &self.header().lease
+    }
+
+    /// The floor under guards created from now on (ms since the epoch; `i64::MIN` for none).
+    pub fn floor(&self) -> i64 {
+        self.header().floor.load(Ordering::Acquire)
+    }
+
+    /// Raises the floor to at least `ms`.
+    pub fn raise_floor(&self, ms: i64) {
+        self.header().floor.fetch_max(ms, Ordering::AcqRel);
+    }
+
+    /// Runs the guard of sequence `key` for `remainder`, reading the clock (`clock`, in the
+    /// guard's units) under the slot's lock. `cached` is the slot index this caller last used for
+    /// `key`, if any; the index actually used is returned with the decision, to cache for the
+    /// next call. A slot that no longer holds `key` (it was given to another sequence) is found
+    /// or claimed again, which never fails.
+    pub fn issue(
+        &self,
+        cached: Option<usize>,
+        key: SlotKey,
+        remainder: u16,
+        overflow: Overflow,
+        clock: impl FnOnce() -> i64,
+    ) -> (usize, Result<Decision, LayoutError>) {
         assert_ne!(key, 0, "slot key 0 is reserved for empty slots");
-        let header = self.header();
-        let capacity = header.capacity;
-        let _claim = header.claim_lock.lock();
+        if let Some(index) = cached.filter(|&i| i < self.capacity()) {
+            let slot = self.slot(index);
+            let _lock = slot.lock.lock();
+            if slot.key.load(Ordering::Relaxed) == key {
+                return (index, Self::run_guard(slot, remainder, overflow, clock));
+            }
+        }
+        let _claim = self.header().claim_lock.lock();
+        let index = self.find_or_claim(key);
+        let slot = self.slot(index);
+        let _lock = slot.lock.lock();
+        (index, Self::run_guard(slot, remainder, overflow, clock))
+    }
+
+    /// The guard's decision; the slot's lock must be held.
+    fn run_guard(
+        slot: &Slot,
+        remainder: u16,
+        overflow: Overflow,
+        clock: impl FnOnce() -> i64,
+    ) -> Result<Decision, LayoutError> {
+        let now = clock();
+        slot.last_used.fetch_max(now, Ordering::Relaxed);
+        // SAFETY: the caller holds the slot's lock, the only way to the state.
+        unsafe { (*slot.state.get()).issue(now, remainder, overflow) }
+    }
+
+    /// The slot of `key`, claiming one if there is none. The claim lock must be held.
+    fn find_or_claim(&self, key: SlotKey) -> usize {
+        let capacity = self.capacity();
         let start = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % capacity;
         for probe in 0..capacity {
             let index = (start + probe) % capacity;
             let slot = self.slot(index);
             match slot.key.load(Ordering::Acquire) {
-                k if k == key => return Ok(index),
+                k if k == key => return index,
                 0 => {
                     let _lock = slot.lock.lock();
-                    unsafe { *slot.state.get() = fresh };
-                    slot.key.store(key, Ordering::Release);
-                    header.in_use.fetch_add(1, Ordering::Relaxed);
-                    return Ok(index);
+                    self.hand_over(slot, key);
+                    self.header().in_use.fetch_add(1, Ordering::Relaxed);
+                    return index;
                 }
                 _ => {}
             }
         }
-        // Full: reuse the slot whose last id is oldest, if it is old enough.
-        let (index, last) = (0..capacity)
-            .map(|i| {
-                let slot = self.slot(i);
-                let _lock = slot.lock.lock();
-                (
-                    i,
-                    unsafe { (*slot.state.get()).last_ms() }.unwrap_or(i64::MIN),
-                )
-            })
-            .min_by_key(|&(_, last)| last)
-            .expect("capacity > 0");
-        if last.saturating_add(REUSE_AFTER_MS) >= now {
-            return Err(TableFull { capacity });
-        }
-        let slot = self.slot(index);
-        let _lock = slot.lock.lock();
-        slot.key.store(key, Ordering::Release);
-        unsafe { *slot.state.get() = fresh };
-        Ok(index)
+        self.evict_least_recently_used(key)
     }
 
-    /// Runs the guard of slot `index` for `key`, reading the clock under the slot's lock.
-    /// `None` if the slot no longer holds `key` (it was reused): look it up again.
-    pub fn issue(
-        &self,
-        index: usize,
-        key: SlotKey,
-        remainder: u16,
-        overflow: Overflow,
-        clock: impl FnOnce() -> i64,
-    ) -> Option<Result<Outcome, LayoutError>> {
-        let slot = self.slot(index);
-        let _lock = slot.lock.lock();
-        if slot.key.load(Ordering::Relaxed) != key {
-            return None;
+    /// Gives the least recently used slot to `key`. The claim lock must be held.
+    fn evict_least_recently_used(&self, key: SlotKey) -> usize {
+        const ATTEMPTS: usize = 4;
+        for attempt in 1..=ATTEMPTS {
+            let (index, seen) = (0..self.capacity())
+                .map(|i| (i, self.slot(i).last_used.load(Ordering::Relaxed)))
+                .min_by_key(|&(_, used)| used)
+                .expect("capacity > 0");
+            let slot = self.slot(index);
+            let _lock = slot.lock.lock();
+            // Re-check under the slot's lock that it is still the one chosen: used since the scan
+            // means another slot may now be older. (Evicting any slot would be safe, the floor
+            // sees to that; this keeps busy sequences in their slots.)
+            if slot.last_used.load(Ordering::Relaxed) != seen && attempt < ATTEMPTS {
+                continue;
+            }
+            // SAFETY: the slot's lock is held.
+            let evicted_last = unsafe { (*slot.state.get()).last_ms() };
+            if let Some(last) = evicted_last {
+                self.raise_floor(last.saturating_add(1));
+            }
+            self.hand_over(slot, key);
+            self.header().evictions.fetch_add(1, Ordering::Relaxed);
+            return index;
         }
-        let now = clock();
+        unreachable!("the last attempt always evicts")
+    }
+
+    /// Gives `slot` to `key` with a fresh guard that starts at the floor. The slot's lock must be
+    /// held, and the claim lock (keys change only under it).
+    fn hand_over(&self, slot: &Slot, key: SlotKey) {
         // SAFETY: the slot's lock is held.
-        Some(unsafe { (*slot.state.get()).issue(now, remainder, overflow) })
+        unsafe { *slot.state.get() = GuardState::with_floor(self.floor()) };
+        slot.key.store(key, Ordering::Release);
     }
 
     /// The last millisecond issued for `key`, if it has a slot and issued an id.
@@ -275,6 +325,7 @@ impl SlotTable {
             let slot = self.slot(i);
             let _lock = slot.lock.lock();
             if slot.key.load(Ordering::Relaxed) == key {
+                // SAFETY: the slot's lock is held.
                 unsafe { (*slot.state.get()).last_ms() }
             } else {
                 None
@@ -285,7 +336,8 @@ impl SlotTable {
 
 /// Owned, heap-allocated memory for a table, for tests and for the per-session fallback.
 pub struct OwnedSlotTable {
-    mem: Vec<u64>,
+    /// The table's memory; `table` points into it, so it must not move or be dropped first.
+    _mem: Vec<u64>,
     table: SlotTable,
 }
 
@@ -293,12 +345,13 @@ impl OwnedSlotTable {
     pub fn new(capacity: usize) -> Self {
         assert!(SlotTable::align() <= std::mem::align_of::<u64>());
         let mut mem = vec![0u64; SlotTable::size_of(capacity).div_ceil(8)];
+        // SAFETY: `mem` is large enough, u64-aligned (checked above), ours alone, and lives in
+        // this struct as long as the view (a Vec's heap buffer does not move with the Vec).
         let table = unsafe { SlotTable::init_in(mem.as_mut_ptr().cast(), capacity) };
-        OwnedSlotTable { mem, table }
+        OwnedSlotTable { _mem: mem, table }
     }
 
     pub fn table(&self) -> &SlotTable {
-        debug_assert!(!self.mem.is_empty());
         &self.table
     }
 }
@@ -306,24 +359,25 @@ impl OwnedSlotTable {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::layout::seq_field;
+    use crate::layout::{seq_field, SEQ_VALUES};
     use std::collections::HashSet;
     use std::sync::atomic::AtomicI64;
     use std::sync::Arc;
 
-    fn issue_now(t: &SlotTable, key: SlotKey, r: u16, now: i64) -> Option<i64> {
-        let index = t.slot_for(key, now, i64::MIN).unwrap();
-        t.issue(index, key, r, Overflow::Borrow, || now)
-            .unwrap()
-            .unwrap()
-            .ms
+    /// Issues one id for `key` at clock `now` (borrow) and returns its millisecond.
+    fn issue_now(t: &SlotTable, key: SlotKey, r: u16, now: i64) -> i64 {
+        match t.issue(None, key, r, Overflow::Borrow, || now).1.unwrap() {
+            Decision::Issue { ms, .. } => ms,
+            wait => panic!("borrow never waits here: {wait:?}"),
+        }
     }
 
     #[test]
-    fn a_slot_is_176_bytes() {
-        // pg_shard_id.max_sequences' description and the README quote this size
-        assert_eq!(std::mem::size_of::<Slot>(), 176);
-        assert_eq!(SlotTable::size_of(8192), 8192 * 176 + slots_offset());
+    fn slot_size_is_what_the_docs_quote() {
+        // pg_shard_id.max_sequences' description reads SLOT_BYTES; the README quotes 184 bytes
+        // for the default layout (10-bit sequence field: a 1024-bit set per slot).
+        assert_eq!(SLOT_BYTES, 184);
+        assert_eq!(SlotTable::size_of(8192), 8192 * SLOT_BYTES + slots_offset());
     }
 
     #[test]
@@ -331,102 +385,133 @@ mod tests {
         let owned = OwnedSlotTable::new(4);
         let t = owned.table();
         let (a, b) = (slot_key(1, 100), slot_key(1, 101));
-        assert_eq!(t.slot_for(a, 0, i64::MIN), t.slot_for(a, 0, i64::MIN));
-        assert_ne!(t.slot_for(a, 0, i64::MIN), t.slot_for(b, 0, i64::MIN));
+        let (ia, _) = t.issue(None, a, 5, Overflow::Borrow, || 10);
+        let (ia2, _) = t.issue(None, a, 6, Overflow::Borrow, || 10);
+        let (ib, _) = t.issue(Some(ia), b, 5, Overflow::Borrow, || 10);
+        assert_eq!(ia, ia2);
+        assert_ne!(ia, ib, "a cached index of another key is not used");
         assert_eq!(t.in_use(), 2);
-        assert_eq!(issue_now(t, a, 5, 10), Some(10));
         assert_eq!(
-            issue_now(t, b, 5, 10),
-            Some(10),
+            issue_now(t, b, 7, 10),
+            10,
             "another sequence has its own remainders"
         );
-        assert_eq!(issue_now(t, a, 5, 10), Some(11));
+        assert_eq!(issue_now(t, a, 5, 10), 11);
         assert_eq!(t.last_ms(a), Some(11));
+        assert_eq!(sequence_of(a), 100);
     }
 
     #[test]
-    fn a_full_table_reuses_only_old_slots() {
+    fn a_full_table_evicts_the_least_recently_used_and_carries_its_last_ms_into_the_floor() {
         let owned = OwnedSlotTable::new(2);
         let t = owned.table();
-        issue_now(t, slot_key(1, 1), 0, 1_000);
-        issue_now(t, slot_key(1, 2), 0, 50_000);
+        let (a, b, c) = (slot_key(1, 1), slot_key(1, 2), slot_key(1, 3));
+        issue_now(t, a, 0, 1_000);
+        // b borrows far ahead of the clock: its last ms is 5_002
+        for _ in 0..3 {
+            issue_now(t, b, 9, 5_000);
+        }
+        issue_now(t, a, 1, 6_000); // a is now the more recently used
+        assert_eq!(t.floor(), i64::MIN);
+        // c evicts b (least recently used), whose last ms becomes the floor
+        assert_eq!(issue_now(t, c, 0, 6_000), 6_000);
+        assert_eq!(t.evictions(), 1);
+        assert_eq!(t.last_ms(b), None, "b lost its slot");
+        assert_eq!(t.floor(), 5_003);
+        // b comes back with the clock stepped far back: it still issues above all its old ids
+        assert_eq!(issue_now(t, b, 9, 100), 6_001);
+        assert_eq!(t.in_use(), 2, "never more slots than the capacity");
+    }
+
+    #[test]
+    fn a_cached_index_of_an_evicted_key_is_not_used_for_it() {
+        let owned = OwnedSlotTable::new(1);
+        let t = owned.table();
+        let (a, b) = (slot_key(1, 1), slot_key(1, 2));
+        let (ia, _) = t.issue(None, a, 3, Overflow::Wait, || 50);
+        let (ib, _) = t.issue(None, b, 3, Overflow::Wait, || 60);
+        assert_eq!(ia, ib, "one slot: b took a's");
+        // a's caller still has the index cached: the slot is b's now, so a is claimed again
+        let (_, d) = t.issue(Some(ia), a, 3, Overflow::Wait, || 70);
         assert_eq!(
-            t.slot_for(slot_key(1, 3), 60_000, i64::MIN),
-            Err(TableFull { capacity: 2 })
+            d.unwrap(),
+            Decision::Issue {
+                ms: 70,
+                clock: 70,
+                clock_stepped_back_by: None
+            }
         );
-        let reused = t.slot_for(slot_key(1, 3), 61_001, i64::MIN).unwrap();
-        assert_eq!(t.in_use(), 2);
-        // the evicted key's cached index no longer answers for it
-        assert!(t
-            .issue(reused, slot_key(1, 1), 0, Overflow::Wait, || 61_001)
-            .is_none());
-        assert_eq!(t.last_ms(slot_key(1, 2)), Some(50_000));
+        assert_eq!(t.floor(), 61);
+        assert_eq!(t.evictions(), 2);
     }
 
     #[test]
     fn slots_claimed_below_the_floor_start_at_the_floor() {
         let owned = OwnedSlotTable::new(4);
         let t = owned.table();
-        t.set_floor(7_000);
-        assert_eq!(t.floor(), 7_000);
-        assert_eq!(t.lease().load(Ordering::Relaxed), 7_000);
-        let index = t.slot_for(slot_key(1, 1), 100, t.floor()).unwrap();
-        assert_eq!(
-            t.issue(index, slot_key(1, 1), 3, Overflow::Wait, || 100)
-                .unwrap()
-                .unwrap()
-                .ms,
-            Some(7_000)
-        );
-        let index = t.slot_for(slot_key(1, 2), 8_000, t.floor()).unwrap();
-        assert_eq!(
-            t.issue(index, slot_key(1, 2), 3, Overflow::Wait, || 8_000)
-                .unwrap()
-                .unwrap()
-                .ms,
-            Some(8_000)
-        );
+        t.raise_floor(7_000);
+        t.raise_floor(6_000);
+        assert_eq!(t.floor(), 7_000, "the floor never goes down");
+        assert_eq!(issue_now(t, slot_key(1, 1), 3, 100), 7_000);
+        assert_eq!(issue_now(t, slot_key(1, 2), 3, 8_000), 8_000);
     }
 
-    /// Threads stand in for backends: each draws from one shared "sequence" (a CACHE-like
-    /// pattern: each thread takes blocks of 1024 values, so their remainders coincide all the
-    /// time) and asks the table for a millisecond under a shared clock that sometimes steps back.
-    /// No (ms, remainder) pair may repeat.
+    /// Threads stand in for backends. Four "victims" draw from one shared sequence (a CACHE-like
+    /// pattern: blocks of SEQ_VALUES values, so their remainders coincide all the time) under a
+    /// shared clock that sometimes steps back; four "churners" claim fresh keys as fast as they
+    /// can in a table of 8 slots, so the victims' slot is evicted again and again. No
+    /// (ms, remainder) pair of the victims' sequence may repeat, and nobody fails.
     #[test]
-    fn concurrent_backends_never_repeat() {
+    fn concurrent_backends_never_repeat_while_others_churn_the_table() {
         for overflow in [Overflow::Wait, Overflow::Borrow] {
             let owned = Arc::new(OwnedSlotTable::new(8));
             let clock = Arc::new(AtomicI64::new(10_000));
             let sequence = Arc::new(AtomicI64::new(0));
+            let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
             let key = slot_key(5, 16_384);
-            let threads: Vec<_> = (0..4)
+            let churners: Vec<_> = (0..4u32)
+                .map(|thread| {
+                    let (owned, clock, stop) = (owned.clone(), clock.clone(), stop.clone());
+                    std::thread::spawn(move || {
+                        let t = owned.table();
+                        let mut n = 0u32;
+                        while !stop.load(Ordering::Relaxed) {
+                            n += 1;
+                            let k = slot_key(9, 1 + thread * 1_000_000 + n);
+                            let (_, d) =
+                                t.issue(None, k, 0, overflow, || clock.load(Ordering::Relaxed));
+                            d.unwrap();
+                        }
+                        n
+                    })
+                })
+                .collect();
+            let victims: Vec<_> = (0..4)
                 .map(|thread| {
                     let (owned, clock, sequence) = (owned.clone(), clock.clone(), sequence.clone());
                     std::thread::spawn(move || {
                         let t = owned.table();
-                        let mut out = Vec::with_capacity(40_000);
+                        let mut out = Vec::with_capacity(20_000);
                         let mut block = 0;
-                        for i in 0..40_000i64 {
-                            if i % 1024 == 0 {
-                                block = sequence.fetch_add(1024, Ordering::Relaxed);
+                        let mut cached = None;
+                        for i in 0..20_000i64 {
+                            if i % SEQ_VALUES == 0 {
+                                block = sequence.fetch_add(SEQ_VALUES, Ordering::Relaxed);
                             }
-                            let r = seq_field(block + i % 1024) as u16;
-                            if thread == 0 && i % 10_000 == 5_000 {
+                            let r = seq_field(block + i % SEQ_VALUES) as u16;
+                            if thread == 0 && i % 5_000 == 2_500 {
                                 clock.fetch_sub(2_000, Ordering::Relaxed); // a step back
                             } else if i % 64 == 0 {
                                 clock.fetch_add(1, Ordering::Relaxed);
                             }
-                            let index = t.slot_for(key, 0, i64::MIN).unwrap();
                             let ms = loop {
-                                let out = t
-                                    .issue(index, key, r, overflow, || {
-                                        clock.load(Ordering::Relaxed)
-                                    })
-                                    .unwrap()
-                                    .unwrap();
-                                match out.ms {
-                                    Some(ms) => break ms,
-                                    None => {
+                                let (index, d) = t.issue(cached, key, r, overflow, || {
+                                    clock.load(Ordering::Relaxed)
+                                });
+                                cached = Some(index);
+                                match d.unwrap() {
+                                    Decision::Issue { ms, .. } => break ms,
+                                    Decision::WaitUntilPast(_) => {
                                         clock.fetch_add(1, Ordering::Relaxed);
                                     }
                                 }
@@ -438,12 +523,21 @@ mod tests {
                 })
                 .collect();
             let mut all = HashSet::new();
-            for thread in threads {
+            for thread in victims {
                 for pair in thread.join().unwrap() {
                     assert!(all.insert(pair), "{overflow:?}: {pair:?} issued twice");
                 }
             }
-            assert_eq!(all.len(), 160_000);
+            stop.store(true, Ordering::Relaxed);
+            let churned: u32 = churners.into_iter().map(|c| c.join().unwrap()).sum();
+            assert_eq!(all.len(), 80_000);
+            let t = owned.table();
+            assert!(
+                churned > 8 && t.evictions() > 8,
+                "{overflow:?}: the table was churned ({churned} keys, {} evictions)",
+                t.evictions()
+            );
+            assert_eq!(t.in_use(), 8);
         }
     }
 }

@@ -6,7 +6,9 @@ use chrono::{DateTime, FixedOffset, Utc};
 /// PostgreSQL's timestamp epoch (2000-01-01 00:00:00 UTC) in Unix microseconds.
 pub const PG_EPOCH_UNIX_MICROS: i64 = 946_684_800_000_000;
 
-/// The default epoch, `2026-01-01 00:00:00+00`, in Unix milliseconds.
+/// The default epoch, as `pg_shard_id.epoch` spells it.
+pub const DEFAULT_EPOCH: &std::ffi::CStr = c"2026-01-01 00:00:00+00";
+/// The default epoch in Unix milliseconds (a test checks it against [`DEFAULT_EPOCH`]).
 pub const DEFAULT_EPOCH_UNIX_MS: i64 = 1_767_225_600_000;
 
 /// Why an epoch setting is refused.
@@ -22,15 +24,18 @@ pub enum EpochError {
 
 impl std::fmt::Display for EpochError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let echo = |v: &str| crate::echo(v, 40);
         match self {
             EpochError::Unparseable(v) => write!(
                 f,
-                "\"{v}\" is not a timestamp with an explicit UTC offset, such as \"2026-01-01 00:00:00+00\""
+                "\"{}\" is not a timestamp with an explicit UTC offset, such as \"{}\"",
+                echo(v),
+                DEFAULT_EPOCH.to_string_lossy()
             ),
             EpochError::SubMillisecond(v) => {
-                write!(f, "\"{v}\" has more than millisecond precision")
+                write!(f, "\"{}\" has more than millisecond precision", echo(v))
             }
-            EpochError::InFuture(v) => write!(f, "\"{v}\" is in the future"),
+            EpochError::InFuture(v) => write!(f, "\"{}\" is in the future", echo(v)),
         }
     }
 }
@@ -116,7 +121,7 @@ mod tests {
     #[test]
     fn default_epoch_constant_matches_its_text() {
         assert_eq!(
-            parse_epoch("2026-01-01 00:00:00+00", NOW),
+            parse_epoch(DEFAULT_EPOCH.to_str().unwrap(), NOW),
             Ok(DEFAULT_EPOCH_UNIX_MS)
         );
     }
