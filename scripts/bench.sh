@@ -4,6 +4,7 @@
 #   scripts/bench.sh           full run (about 15 minutes; run it on an idle machine)
 #   scripts/bench.sh --smoke   tiny sizes, writes to $RUN_DIR/bench-smoke/ only (CI runs this)
 source "$(dirname "$0")/lib.sh"
+stop_clusters_at_exit
 cd "$REPO"
 smoke=""
 [ "${1:-}" = --smoke ] && smoke="--smoke"

@@ -70,6 +70,13 @@ free_port() {
     python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
 
+# Clusters this process started; stop_clusters_at_exit stops them when it exits, however it exits
+# (the test suites call it; try.sh does not, its demo cluster stays up).
+STARTED_CLUSTERS=()
+stop_clusters_at_exit() {
+    trap 'for c in "${STARTED_CLUSTERS[@]}"; do stop_cluster "$c"; done' EXIT
+}
+
 # start_cluster NAME [preload=yes|no] [extra postgresql.conf lines...]
 # (Re)creates a throwaway cluster in $RUN_DIR/NAME, owned by postgres, on a free port, and exports
 # PGHOST, PGPORT, PGUSER, PGDATABASE for psql/pgbench.
@@ -94,8 +101,18 @@ start_cluster() {
         [ "$preload" = yes ] && echo "shared_preload_libraries = 'pg_shard_id'"
         for line in "$@"; do echo "$line"; done
     } | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+    STARTED_CLUSTERS+=("$name")
     as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null
     export PGHOST="$dir" PGPORT="$port" PGUSER=postgres PGDATABASE=postgres
+}
+
+# restart_cluster NAME [extra postgresql.conf lines...]: appends the lines (a later line wins) and
+# restarts the cluster cleanly; returns pg_ctl's status, so a refusal to start shows.
+restart_cluster() {
+    local dir="$RUN_DIR/$1"
+    shift
+    for line in "$@"; do echo "$line"; done | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+    as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -m fast restart >/dev/null
 }
 
 stop_cluster() {

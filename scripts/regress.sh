@@ -6,6 +6,7 @@
 # initdb refuses root, so this script runs pg_regress itself (same client_min_messages=warning, so
 # outputs match). Pass test names to run only those; REGRESS_ACCEPT=1 promotes actual output.
 source "$(dirname "$0")/lib.sh"
+stop_clusters_at_exit
 
 cd "$REPO/tests/pg_regress"
 tests=("$@")

@@ -1,17 +1,23 @@
 #!/usr/bin/env bash
 # README command 2: set up what is missing, then run every test:
-#   1. plain-Rust unit and property tests of the layout, time conversion, guard and lease
-#   2. #[pg_test]s (cargo pgrx test pg15), in a server with the library preloaded
-#   3. the pg_regress suite (tests/pg_regress), what a user sees in psql
-#   4. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL,
+#   1. cargo fmt --check and cargo clippy -D warnings (the unsafe-code lints are in Cargo.toml)
+#   2. plain-Rust unit and property tests of the layout, time conversion, guard, slot table, lease
+#   3. #[pg_test]s (cargo pgrx test pg15), in a server with the library preloaded
+#   4. the pg_regress suite (tests/pg_regress), what a user sees in psql
+#   5. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL,
+#      the epoch across restarts, a hostile role churning the guard table, damaged lease files,
 #      3 clusters with a shard move
-#   5. the benchmark at smoke size (scripts/bench.sh --smoke)
-# Stops at the first failing stage. Ends with "N passed, N failed" over the stages.
+#   6. the benchmark at smoke size (scripts/bench.sh --smoke)
+# Stops at the first failing stage. Ends with "N passed, N failed" over the stages. Whatever
+# happens, the system PostgreSQL is left with the release build installed, never the test build
+# (which has the controllable test clock).
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
 
 ensure_setup
 stages_passed=0
+release_installed=no
+trap '[ "$release_installed" = yes ] || install_extension release >/dev/null 2>&1 || true' EXIT
 stage() {
     say "$1"
     shift
@@ -23,6 +29,11 @@ stage() {
     fi
 }
 
+lint() {
+    cargo fmt --all --check &&
+        cargo clippy --workspace --all-targets --features pg_test -- -D warnings
+}
+
 pgrx_tests() {
     local data="$RUN_DIR/pgrx-test-data"
     mkdir -p "$data"
@@ -30,11 +41,16 @@ pgrx_tests() {
     CARGO_PGRX_TEST_RUNAS=postgres CARGO_PGRX_TEST_PGDATA="$data" cargo pgrx test pg15
 }
 
+bench_smoke() { # installs the release build itself
+    bash scripts/bench.sh --smoke && release_installed=yes
+}
+
+stage "format and lints" lint
 stage "unit and property tests (no PostgreSQL)" cargo test -p pg_shard_id_core
 stage "pgrx tests" pgrx_tests
 stage "installing the test build for the SQL-level suites" install_extension test
 stage "pg_regress suite" bash scripts/regress.sh
 stage "cluster tests" bash tests/cluster/run.sh
-stage "benchmark smoke run" bash scripts/bench.sh --smoke
+stage "benchmark smoke run (installs the release build again)" bench_smoke
 echo
 echo "stages: $stages_passed passed, 0 failed"

@@ -67,7 +67,7 @@ fn compose_at(ts: TimestampWithTimeZone, shard: i32, seq: i32, epoch_ms: i64) ->
     or_raise(layout::compose(parts), epoch_ms)
 }
 
-fn lower_bound_at(ts: TimestampWithTimeZone, epoch_ms: i64) -> i64 {
+pub(crate) fn lower_bound_at(ts: TimestampWithTimeZone, epoch_ms: i64) -> i64 {
     or_raise(
         layout::lower_bound(ms_since_epoch(ts, epoch_ms, true)),
         epoch_ms,
@@ -184,27 +184,8 @@ fn shard_id_lower_bound_epoch(ts: TimestampWithTimeZone, epoch: TimestampWithTim
     lower_bound_at(ts, epoch_arg(epoch))
 }
 
-extension_sql!(
-    r#"
--- shard_id_decode(id) -> (ts, shard, seq): one row with the three fields. Written in SQL over the
--- extract functions (schema-qualified, so search_path cannot redirect them).
-CREATE FUNCTION shard_id_decode(id bigint, OUT ts timestamptz, OUT shard integer, OUT seq integer)
-    RETURNS record LANGUAGE sql STABLE STRICT PARALLEL SAFE
-    AS $$ SELECT @extschema@.shard_id_extract_timestamp(id),
-                 @extschema@.shard_id_extract_shard(id),
-                 @extschema@.shard_id_extract_seq(id) $$;
-COMMENT ON FUNCTION shard_id_decode(bigint) IS
-    'The fields of an id: (ts, shard, seq), by pg_shard_id.epoch.';
-
-CREATE FUNCTION shard_id_decode(id bigint, epoch timestamptz,
-                                OUT ts timestamptz, OUT shard integer, OUT seq integer)
-    RETURNS record LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-    AS $$ SELECT @extschema@.shard_id_extract_timestamp(id, epoch),
-                 @extschema@.shard_id_extract_shard(id),
-                 @extschema@.shard_id_extract_seq(id) $$;
-COMMENT ON FUNCTION shard_id_decode(bigint, timestamptz) IS
-    'The fields of an id: (ts, shard, seq), by an explicit epoch.';
-"#,
+extension_sql_file!(
+    "../sql/decode.sql",
     name = "shard_id_decode",
     requires = [
         shard_id_extract_timestamp,

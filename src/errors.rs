@@ -1,6 +1,6 @@
 //! How layout errors reach the user: one message, one SQLSTATE, one hint each.
 
-use pg_shard_id_core::layout::{LayoutError, MAX_MS};
+use pg_shard_id_core::layout::{LayoutError, MAX_MS, MAX_SEQ, MAX_SHARD, SEQ_BITS, SHARD_BITS};
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
@@ -11,25 +11,24 @@ pub fn raise(error: LayoutError, epoch_unix_ms: i64) -> ! {
     let (code, hint) = match error {
         LayoutError::ShardOutOfRange(_) => (
             ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-            "Logical shards are numbered 0 to 8191 (13 bits).".to_string(),
+            format!("Logical shards are numbered 0 to {MAX_SHARD} ({SHARD_BITS} bits)."),
         ),
         LayoutError::SeqOutOfRange(_) => (
             ERRCODE_NUMERIC_VALUE_OUT_OF_RANGE,
-            "The sequence field holds 0 to 1023 (10 bits).".to_string(),
+            format!("The sequence field holds 0 to {MAX_SEQ} ({SEQ_BITS} bits)."),
         ),
         LayoutError::BeforeEpoch(_) => (
             ERRCODE_DATETIME_FIELD_OVERFLOW,
             format!(
-                "Ids count milliseconds from the epoch {}; check the timestamp, the server clock \
-                 and pg_shard_id.epoch.",
+                "Ids count milliseconds from the epoch {}; check the timestamp and the server \
+                 clock.",
                 format_unix_ms(epoch_unix_ms)
             ),
         ),
         LayoutError::PastHorizon(_) => (
             ERRCODE_DATETIME_FIELD_OVERFLOW,
             format!(
-                "With the epoch {} ids stay positive until {}; a later epoch (pg_shard_id.epoch) \
-                 moves that horizon, but changes what existing ids decode to.",
+                "With the epoch {} ids stay positive until {}.",
                 format_unix_ms(epoch_unix_ms),
                 format_unix_ms(epoch_unix_ms.saturating_add(MAX_MS))
             ),

@@ -21,8 +21,9 @@ unsafe extern "C-unwind" {
 /// ```
 ///
 /// The id packs the milliseconds since `pg_shard_id.epoch` (41 bits), `shard` (13 bits) and
-/// `nextval(seq) % 1024` (10 bits). The uniqueness guard makes sure no two calls for one sequence
-/// ever return the same id (see the README's "Guarantee").
+/// `nextval(seq) % 1024` (10 bits; widths from `pg_shard_id_core::layout`). The uniqueness guard
+/// makes sure no two calls for one sequence ever return the same id (see the README's
+/// "Guarantee").
 ///
 /// ```sql
 /// CREATE SEQUENCE photos_id_seq;
@@ -32,21 +33,24 @@ unsafe extern "C-unwind" {
 /// Errors: 22003 if `shard` is outside 0..8191 (before the sequence is touched); whatever
 /// `nextval(seq)` raises: 42809 if `seq` is not a sequence, 42501 without USAGE or UPDATE on it,
 /// 2200H when it is exhausted, 25006 in a read-only transaction; 22008 when the clock is before
-/// the epoch or past the 2^40 ms horizon; 54000 when the guard table is full.
+/// the epoch or past the 2^40 ms horizon (or the lease file is); 55000 when the server was
+/// restarted with a later epoch than its ids were made with; 58030 when the lease file cannot be
+/// written.
 #[pg_extern(sql = r#"
 CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
     VOLATILE STRICT PARALLEL UNSAFE
     LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_wrapper';
-COMMENT ON FUNCTION next_shard_id(regclass, integer) IS
-    'Next 64-bit id: 41 bits ms since pg_shard_id.epoch, 13 bits shard, 10 bits nextval(seq) % 1024; never repeats.';
 "#)]
 fn next_shard_id(seq: pg_sys::Oid, shard: i32) -> i64 {
     let epoch = settings::epoch_unix_ms();
     let shard = check_shard(i64::from(shard)).unwrap_or_else(|e| errors::raise(e, epoch));
-    // SAFETY: a plain C call; an ERROR inside it is caught and re-raised by the boundary.
+    // SAFETY: PostgreSQL's own function with the declared signature; an ERROR inside it is
+    // caught and re-raised by the boundary.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };
     let remainder = seq_field(value);
-    let key = slot_key(unsafe { pg_sys::MyDatabaseId }.to_u32(), seq.to_u32());
+    // SAFETY: a backend global, set once at connection.
+    let database = unsafe { pg_sys::MyDatabaseId };
+    let key = slot_key(database.to_u32(), seq.to_u32());
     let ms = guard_table::issue_ms(key, remainder as u16, settings::overflow(), epoch, || {
         clock::now_since_epoch(epoch)
     });

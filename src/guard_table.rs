@@ -9,23 +9,39 @@
 //! The shared table is sized by `pg_shard_id.max_sequences` and is created anew when the server
 //! (re)starts, including the restart after a backend crash. Ids issued ahead of the clock are first
 //! covered by the lease file `$PGDATA/pg_shard_id.lease` (see `pg_shard_id_core::lease`), whose
-//! value becomes the floor under the new table's guards.
+//! value becomes the floor under the new table's guards, and which records the epoch.
+//!
+//! Why not pgrx's `PgLwLock` / `pg_shmem_init!`: they place a value of a fixed Rust type, known at
+//! compile time, in shared memory. The slot table's size comes from a setting
+//! (`pg_shard_id.max_sequences`), and it is a header followed by a run of slots with their own
+//! spinlocks, laid out by `pg_shard_id_core::slots`; so the hooks below request and initialise the
+//! memory themselves, as pg_stat_statements does.
 
 use crate::settings;
-use pg_shard_id_core::guard::Overflow;
-use pg_shard_id_core::lease;
-use pg_shard_id_core::slots::{OwnedSlotTable, SlotKey, SlotTable, TableFull};
+use pg_shard_id_core::guard::{Decision, Overflow};
+use pg_shard_id_core::layout::{LayoutError, MAX_MS};
+use pg_shard_id_core::lease::{self, Level};
+use pg_shard_id_core::slots::{sequence_of, OwnedSlotTable, SlotKey, SlotTable};
+use pg_shard_id_core::time::{format_unix_ms, wall_clock_unix_ms};
+use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
 use std::collections::HashMap;
 use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
 use std::sync::OnceLock;
 
-/// The cluster-wide table, set in the postmaster by the shared-memory startup hook and inherited
-/// by every backend it forks.
-static mut SHARED: Option<SlotTable> = None;
+// Process-wide state. The postmaster sets it before it forks any backend (every platform pgrx
+// supports forks; none uses EXEC_BACKEND), and sets it again when it re-creates shared memory
+// after a crash, before forking the new backends. Atomics, so no `static mut` is needed.
+
+/// The cluster-wide table's memory (null: none, guard mode `session`).
+static SHARED_TABLE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// Set in `_PG_init` when loaded from `shared_preload_libraries`.
-static mut PRELOADED: bool = false;
+static PRELOADED: AtomicBool = AtomicBool::new(false);
+/// The epoch recorded in the lease file when the configured one is later (`i64::MIN`: none):
+/// ids are refused.
+static REFUSED_EPOCH: AtomicI64 = AtomicI64::new(i64::MIN);
 
 thread_local! {
     /// The per-session table, made on first use when the library was not preloaded.
@@ -52,14 +68,9 @@ fn remember_slot(key: SlotKey, index: usize) {
     LAST_SLOT.set((key, index));
 }
 
-fn forget_slot(key: SlotKey) {
-    SLOT_OF.with(|m| m.borrow_mut().remove(&key));
-    LAST_SLOT.set((0, 0));
-}
-
 /// Whether the guard is cluster-wide (the library was preloaded).
 fn is_cluster() -> bool {
-    unsafe { PRELOADED }
+    PRELOADED.load(Ordering::Relaxed)
 }
 
 /// `cluster` or `session`.
@@ -78,33 +89,50 @@ const UNLEASED_LEAD_MS: i64 = 1;
 /// The lease file, relative to the data directory (every server process runs there).
 const LEASE_FILE: &str = "pg_shard_id.lease";
 
+/// The named LWLock tranche that serialises creating the shared table.
+const TRANCHE: &std::ffi::CStr = c"pg_shard_id";
+
 fn with_table<R>(f: impl FnOnce(&SlotTable) -> R) -> R {
-    // SAFETY: SHARED is written once, in the postmaster before any backend exists.
-    match unsafe { *std::ptr::addr_of!(SHARED) } {
-        Some(table) => f(&table),
-        None => {
-            if is_cluster() {
-                error!("pg_shard_id: the shared guard table was not created");
-            }
-            SESSION.with(|s| {
-                f(
-                    s.get_or_init(|| OwnedSlotTable::new(settings::max_sequences()))
-                        .table(),
-                )
-            })
-        }
+    let mem = SHARED_TABLE.load(Ordering::Acquire);
+    if !mem.is_null() {
+        // SAFETY: `mem` was laid out by `SlotTable::init_in` in shared memory, which lives as long
+        // as the server.
+        return f(&unsafe { SlotTable::attach(mem) });
     }
+    if is_cluster() {
+        error!("pg_shard_id: the shared guard table was not created");
+    }
+    SESSION.with(|s| {
+        f(
+            s.get_or_init(|| OwnedSlotTable::new(settings::max_sequences()))
+                .table(),
+        )
+    })
 }
 
-/// (slots, slots in use) of the table this backend uses.
-pub fn usage() -> (usize, usize) {
-    with_table(|t| (t.capacity(), t.in_use()))
+/// What `pg_shard_id_info()` reports of the table this backend uses.
+pub struct Usage {
+    pub slots: usize,
+    pub in_use: usize,
+    pub evictions: u64,
+    /// The lease in force (Unix ms), in guard mode `cluster`.
+    pub lease_unix_ms: Option<i64>,
+}
+
+pub fn usage() -> Usage {
+    with_table(|t| Usage {
+        slots: t.capacity(),
+        in_use: t.in_use(),
+        evictions: t.evictions(),
+        lease_unix_ms: is_cluster().then(|| t.lease().load(Ordering::Relaxed)),
+    })
 }
 
 /// The millisecond for an id of sequence `key` whose sequence field is `remainder`, by the guard.
 /// `clock` reads ms since the epoch; it is called while the slot's lock is held.
-/// Errors: 22008 when the clock is before the epoch or the id would pass the horizon, 54000 when
-/// the table is full.
+/// Errors: 55000 when the epoch moved later than the recorded one; 22008 when the clock is before
+/// the epoch or the id would pass the horizon (naming the lease file when it is the cause);
+/// 58030 when the lease file cannot be written.
 pub fn issue_ms(
     key: SlotKey,
     remainder: u16,
@@ -112,44 +140,39 @@ pub fn issue_ms(
     epoch_unix_ms: i64,
     clock: impl Fn() -> i64,
 ) -> i64 {
+    let refused = REFUSED_EPOCH.load(Ordering::Relaxed);
+    if refused != i64::MIN {
+        epoch_moved_later(refused, epoch_unix_ms);
+    }
     with_table(|table| loop {
-        let index = match cached_slot(key) {
-            Some(index) => index,
-            None => {
-                let floor = table.floor().saturating_sub(epoch_unix_ms);
-                let index = table
-                    .slot_for(key, clock(), floor)
-                    .unwrap_or_else(|e| table_full(e));
-                remember_slot(key, index);
-                index
-            }
-        };
-        let Some(outcome) = table.issue(index, key, remainder, overflow, &clock) else {
-            // The slot went to another sequence after a long idle spell: look it up again.
-            forget_slot(key);
-            continue;
-        };
-        let outcome = outcome.unwrap_or_else(|e| crate::errors::raise(e, epoch_unix_ms));
-        if let Some(step) = outcome.clock_stepped_back_by {
-            // a step back makes the guard recover, never wait: `ms` is set
-            warn_clock_step(key, step, outcome.ms.unwrap_or(outcome.waiting_for));
+        let cached = cached_slot(key);
+        let (index, decision) = table.issue(cached, key, remainder, overflow, &clock);
+        if cached != Some(index) {
+            remember_slot(key, index);
         }
-        match outcome.ms {
-            Some(ms) => {
-                if ms > outcome.clock + UNLEASED_LEAD_MS && is_cluster() {
-                    cover_by_lease(table, ms + epoch_unix_ms);
+        match decision.unwrap_or_else(|e| layout_error(e, table, epoch_unix_ms)) {
+            Decision::Issue {
+                ms,
+                clock: now,
+                clock_stepped_back_by,
+            } => {
+                if let Some(step) = clock_stepped_back_by {
+                    warn_clock_step(key, step, ms);
+                }
+                if ms > now + UNLEASED_LEAD_MS && is_cluster() {
+                    cover_by_lease(table, ms + epoch_unix_ms, epoch_unix_ms);
                 }
                 break ms;
             }
-            None => wait_until_past(outcome.waiting_for, &clock),
+            Decision::WaitUntilPast(ms) => wait_until_past(ms, &clock),
         }
     })
 }
 
-/// `wait`: the guard is already 1 ms ahead and its millisecond has no room (full, or the sequence
-/// wrapped), so wait until the clock passes `ms`. Usually that is less than a millisecond away, so
-/// spin (a sleep would oversleep by far more); if `borrow` left the guard further ahead, sleep in
-/// short steps.
+/// The guard is as far ahead of the clock as its policy allows and its millisecond has no room
+/// (full, or the sequence wrapped), so wait until the clock passes `ms`. Usually that is less
+/// than a millisecond away, so spin (a sleep would oversleep by far more); if the guard is further
+/// ahead (`wait` after `borrow` made a lead), sleep in short steps.
 fn wait_until_past(ms: i64, clock: &impl Fn() -> i64) {
     loop {
         let now = clock();
@@ -158,6 +181,7 @@ fn wait_until_past(ms: i64, clock: &impl Fn() -> i64) {
         }
         pgrx::check_for_interrupts!();
         if ms - now > 2 {
+            // SAFETY: a plain sleep; interrupts are checked on every round.
             unsafe { pg_sys::pg_usleep(500) };
         } else {
             std::hint::spin_loop();
@@ -166,8 +190,8 @@ fn wait_until_past(ms: i64, clock: &impl Fn() -> i64) {
 }
 
 /// Makes the lease cover an id that is ahead of the clock before the id is returned.
-fn cover_by_lease(table: &SlotTable, unix_ms: i64) {
-    if let Err(e) = lease::cover(Path::new(LEASE_FILE), table.lease(), unix_ms) {
+fn cover_by_lease(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) {
+    if let Err(e) = lease::cover(Path::new(LEASE_FILE), table.lease(), unix_ms, epoch_unix_ms) {
         crate::errors::raise_with_hint(
             PgSqlErrorCode::ERRCODE_IO_ERROR,
             format!("pg_shard_id: could not write the lease file \"{LEASE_FILE}\": {e}"),
@@ -176,19 +200,52 @@ fn cover_by_lease(table: &SlotTable, unix_ms: i64) {
     }
 }
 
-fn table_full(e: TableFull) -> ! {
-    crate::errors::raise_with_hint(
-        PgSqlErrorCode::ERRCODE_CONFIGURATION_LIMIT_EXCEEDED,
-        format!(
-            "pg_shard_id: all {} guard slots are held by sequences that issued ids in the last minute",
-            e.capacity
-        ),
-        "Raise pg_shard_id.max_sequences (needs a restart).",
-    )
+/// A layout error from the guard. Past the horizon because of a lease floor, say so.
+fn layout_error(e: LayoutError, table: &SlotTable, epoch_unix_ms: i64) -> ! {
+    let floor = table.floor();
+    if matches!(e, LayoutError::PastHorizon(_)) && floor > MAX_MS {
+        crate::errors::raise_with_hint(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            format!(
+                "pg_shard_id: the lease file \"{LEASE_FILE}\" records ids up to {}, past the last \
+                 millisecond the id layout holds ({})",
+                format_unix_ms(floor.saturating_add(epoch_unix_ms)),
+                format_unix_ms(epoch_unix_ms + MAX_MS)
+            ),
+            "No id can be past that horizon, so the lease was written by a clock that was far \
+             ahead, or by hand. Check the server clock, then stop the server, delete \
+             pg_shard_id.lease in the data directory and start the server again.",
+        );
+    }
+    crate::errors::raise(e, epoch_unix_ms)
 }
 
-fn warn_clock_step(key: SlotKey, step_ms: i64, guard_ms: i64) {
-    let sequence = pg_sys::Oid::from((key & 0xffff_ffff) as u32);
+fn epoch_moved_later(recorded_unix_ms: i64, epoch_unix_ms: i64) -> ! {
+    let (recorded, configured) = (
+        format_unix_ms(recorded_unix_ms),
+        format_unix_ms(epoch_unix_ms),
+    );
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "pg_shard_id: pg_shard_id.epoch ({configured}) is later than the epoch this server's \
+             ids were made with ({recorded})"
+        ),
+        "pg_shard_id",
+    )
+    .set_detail("With a later epoch, new ids could repeat existing ones, so none are issued.")
+    .set_hint(format!(
+        "Set pg_shard_id.epoch = '{recorded}' (or earlier) in postgresql.conf and restart. Only if \
+         no id made with the old epoch is kept anywhere: stop the server, delete pg_shard_id.lease \
+         in the data directory, and start it again."
+    ))
+    .report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}
+
+fn warn_clock_step(key: SlotKey, step_ms: i64, issued_ms: i64) {
+    let sequence = pg_sys::Oid::from(sequence_of(key));
+    // SAFETY: a catalog lookup by oid in a backend inside a transaction; NULL when not found.
     let name = unsafe {
         let name = pg_sys::get_rel_name(sequence);
         if name.is_null() {
@@ -199,13 +256,13 @@ fn warn_clock_step(key: SlotKey, step_ms: i64, guard_ms: i64) {
                 .into_owned()
         }
     };
-    pgrx::pg_sys::panic::ErrorReport::new(
+    ErrorReport::new(
         PgSqlErrorCode::ERRCODE_WARNING,
         format!("pg_shard_id: the system clock stepped back by {step_ms} ms"),
         "pg_shard_id",
     )
     .set_detail(format!(
-        "Ids of sequence \"{name}\" continue from millisecond {guard_ms} after the epoch, ahead of \
+        "Ids of sequence \"{name}\" continue from millisecond {issued_ms} after the epoch, ahead of \
          the clock, and stay unique; their timestamps run ahead until the clock catches up."
     ))
     .report(PgLogLevel::WARNING);
@@ -213,40 +270,51 @@ fn warn_clock_step(key: SlotKey, step_ms: i64, guard_ms: i64) {
 
 /// Sets up the shared table when loaded from `shared_preload_libraries`. Called from `_PG_init`.
 pub fn init() {
+    // SAFETY: read while PostgreSQL loads the library.
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
         return;
     }
+    PRELOADED.store(true, Ordering::Relaxed);
+    // SAFETY: _PG_init runs once per process, in the postmaster here, before any hook can run;
+    // chaining to the previous hook is the documented protocol.
     unsafe {
-        PRELOADED = true;
-        #[cfg(any(feature = "pg13", feature = "pg14"))]
+        #[cfg(feature = "pg14")]
         request_shared_memory();
-        #[cfg(not(any(feature = "pg13", feature = "pg14")))]
+        #[cfg(not(feature = "pg14"))]
         {
-            PREV_SHMEM_REQUEST_HOOK = pg_sys::shmem_request_hook;
+            PREV_SHMEM_REQUEST_HOOK.get_or_init(|| pg_sys::shmem_request_hook);
             pg_sys::shmem_request_hook = Some(shmem_request);
         }
-        PREV_SHMEM_STARTUP_HOOK = pg_sys::shmem_startup_hook;
+        PREV_SHMEM_STARTUP_HOOK.get_or_init(|| pg_sys::shmem_startup_hook);
         pg_sys::shmem_startup_hook = Some(shmem_startup);
     }
 }
 
-static mut PREV_SHMEM_STARTUP_HOOK: pg_sys::shmem_startup_hook_type = None;
-#[cfg(not(any(feature = "pg13", feature = "pg14")))]
-static mut PREV_SHMEM_REQUEST_HOOK: pg_sys::shmem_request_hook_type = None;
+static PREV_SHMEM_STARTUP_HOOK: OnceLock<pg_sys::shmem_startup_hook_type> = OnceLock::new();
+#[cfg(not(feature = "pg14"))]
+static PREV_SHMEM_REQUEST_HOOK: OnceLock<pg_sys::shmem_request_hook_type> = OnceLock::new();
 
 fn table_bytes() -> usize {
     SlotTable::size_of(settings::max_sequences())
 }
 
+/// # Safety
+/// Call only where PostgreSQL allows requesting shared memory and LWLocks (the request hook, or
+/// `_PG_init` before PostgreSQL 15).
 unsafe fn request_shared_memory() {
-    unsafe { pg_sys::RequestAddinShmemSpace(table_bytes()) };
+    // SAFETY: see the function's contract.
+    unsafe {
+        pg_sys::RequestAddinShmemSpace(table_bytes());
+        pg_sys::RequestNamedLWLockTranche(TRANCHE.as_ptr(), 1);
+    }
 }
 
-#[cfg(not(any(feature = "pg13", feature = "pg14")))]
+#[cfg(not(feature = "pg14"))]
 #[pg_guard]
 unsafe extern "C-unwind" fn shmem_request() {
+    // SAFETY: this is the request hook; the previous hook was saved in _PG_init.
     unsafe {
-        if let Some(prev) = PREV_SHMEM_REQUEST_HOOK {
+        if let Some(Some(prev)) = PREV_SHMEM_REQUEST_HOOK.get() {
             prev();
         }
         request_shared_memory();
@@ -255,12 +323,13 @@ unsafe extern "C-unwind" fn shmem_request() {
 
 #[pg_guard]
 unsafe extern "C-unwind" fn shmem_startup() {
+    // SAFETY: this is the startup hook: shared memory and the requested LWLock tranche exist. The
+    // tranche's lock serialises find-or-create of the table (AddinShmemInitLock's role, by name).
     unsafe {
-        if let Some(prev) = PREV_SHMEM_STARTUP_HOOK {
+        if let Some(Some(prev)) = PREV_SHMEM_STARTUP_HOOK.get() {
             prev();
         }
-        // AddinShmemInitLock is MainLWLockArray[21] in every supported version (lwlocknames.h).
-        let init_lock = &raw mut (*pg_sys::MainLWLockArray.add(21)).lock;
+        let init_lock = &raw mut (*pg_sys::GetNamedLWLockTranche(TRANCHE.as_ptr())).lock;
         pg_sys::LWLockAcquire(init_lock, pg_sys::LWLockMode::LW_EXCLUSIVE);
         let mut found = false;
         let mem = pg_sys::ShmemInitStruct(c"pg_shard_id guard".as_ptr(), table_bytes(), &mut found)
@@ -270,23 +339,41 @@ unsafe extern "C-unwind" fn shmem_startup() {
             0,
             "shared memory is not aligned"
         );
-        let table = if found {
-            SlotTable::attach(mem)
-        } else {
-            let table = SlotTable::init_in(mem, settings::max_sequences());
-            match lease::read(Path::new(LEASE_FILE)) {
-                Ok(Some(floor)) => table.set_floor(floor),
-                Ok(None) => {}
-                Err(e) => {
-                    // An unreadable lease is a lost floor: refuse to start rather than risk repeats.
-                    pgrx::error!(
-                        "pg_shard_id: cannot read \"{LEASE_FILE}\": {e}; fix or remove it"
-                    );
-                }
-            }
-            table
-        };
-        *std::ptr::addr_of_mut!(SHARED) = Some(table);
+        if !found {
+            start_guard(&SlotTable::init_in(mem, settings::max_sequences()));
+        }
+        SHARED_TABLE.store(mem, Ordering::Release);
         pg_sys::LWLockRelease(init_lock);
+    }
+}
+
+/// Reads the lease file into a new table: its floor, the lease in force, an epoch that moved.
+/// Never fails: a damaged file becomes a safe floor and a WARNING (an id helper must never keep
+/// the database from starting).
+fn start_guard(table: &SlotTable) {
+    let epoch = settings::epoch_unix_ms();
+    let path = Path::new(LEASE_FILE);
+    let plan = lease::plan_start(lease::read(path), epoch, wall_clock_unix_ms());
+    for (level, message) in &plan.messages {
+        match level {
+            Level::Log => log!("{message}"),
+            Level::Warning => warning!("{message}"),
+        }
+    }
+    if let Some(floor) = plan.floor_unix_ms {
+        table.raise_floor(floor.saturating_sub(epoch));
+    }
+    table.lease().store(plan.lease_unix_ms, Ordering::Release);
+    REFUSED_EPOCH.store(
+        plan.refused_epoch_unix_ms.unwrap_or(i64::MIN),
+        Ordering::Relaxed,
+    );
+    if let Some(record) = plan.write {
+        if let Err(e) = lease::write(path, &record) {
+            warning!(
+                "pg_shard_id: could not write the lease file \"{LEASE_FILE}\": {e}; ids ahead of \
+                 the clock fail with SQLSTATE 58030 until it can be written"
+            );
+        }
     }
 }

@@ -16,6 +16,7 @@ mod partition;
 mod routing;
 mod settings;
 mod shortcode;
+mod text;
 
 #[cfg(any(test, feature = "pg_test"))]
 mod tests;
@@ -28,23 +29,13 @@ pub extern "C-unwind" fn _PG_init() {
     guard_table::init();
 }
 
-extension_sql!(
-    r#"
-DO $$
-BEGIN
-    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
-        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
-        -- for this statement only, so that the NOTICE reaches the user.
-        PERFORM set_config('client_min_messages', 'notice', true);
-        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
-            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
-    END IF;
-END
-$$;
-"#,
+extension_sql_file!(
+    "../sql/preload_notice.sql",
     name = "preload_notice",
-    finalize,
+    requires = [info::pg_shard_id_info],
 );
+
+extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 
 /// Required by `cargo pgrx test`.
 #[cfg(test)]

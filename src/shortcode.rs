@@ -26,13 +26,23 @@ fn shard_id_to_shortcode(id: i64) -> String {
 /// ```sql
 /// SELECT shard_id_from_shortcode('AClX-gwU94k');  -- 11637205501278089
 /// ```
-/// Errors: 22P02 for anything that is not exactly such a code.
-#[pg_extern(immutable, strict, parallel_safe)]
-fn shard_id_from_shortcode(code: &str) -> i64 {
-    shortcode::decode(code).unwrap_or_else(|e| {
+/// Errors: 22P02 for anything that is not exactly such a code (the message quotes at most its
+/// first 20 characters), in any database encoding.
+// The argument is read as raw bytes (see `text.rs`), so the SQL is written out to declare `text`.
+#[pg_extern(sql = r#"
+CREATE FUNCTION shard_id_from_shortcode("code" text) RETURNS bigint
+    IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_from_shortcode_wrapper';
+"#)]
+fn shard_id_from_shortcode(code: &[u8]) -> i64 {
+    let code = crate::text::utf8(code);
+    shortcode::decode(&code).unwrap_or_else(|e| {
         crate::errors::raise_with_hint(
             PgSqlErrorCode::ERRCODE_INVALID_TEXT_REPRESENTATION,
-            format!("\"{code}\" is not a shard id shortcode: {e}"),
+            format!(
+                "\"{}\" is not a shard id shortcode: {e}",
+                crate::text::echo(&code, 20)
+            ),
             "A shortcode is 11 characters of A-Z, a-z, 0-9, '-' and '_', as made by shard_id_to_shortcode.",
         )
     })

@@ -206,9 +206,26 @@ mod tests {
                 "22023",
             ),
             ("SELECT shard_id_extract_timestamp(1, 'infinity')", "22023"),
-            ("SET pg_shard_id.epoch = 'yesterday'", "22023"),
-            ("SET pg_shard_id.epoch = '2026-01-01 00:00:00'", "22023"),
-            ("SET pg_shard_id.epoch = '2999-01-01 00:00:00+00'", "22023"),
+            // the epoch is set at server start only, whatever the value
+            ("SET pg_shard_id.epoch = 'yesterday'", "55P02"),
+            ("SET pg_shard_id.epoch = '2011-01-01 00:00:00+00'", "55P02"),
+            (
+                "SET LOCAL pg_shard_id.epoch = '2011-01-01 00:00:00+00'",
+                "55P02",
+            ),
+            (
+                "SELECT set_config('pg_shard_id.epoch', '2011-01-01 00:00:00+00', true)",
+                "55P02",
+            ),
+            (
+                "DO $$ BEGIN EXECUTE format('ALTER DATABASE %I SET pg_shard_id.epoch = %L', \
+                 current_database(), '2011-01-01 00:00:00+00'); END $$",
+                "55P02",
+            ),
+            (
+                "ALTER ROLE CURRENT_USER SET pg_shard_id.epoch = '2011-01-01 00:00:00+00'",
+                "55P02",
+            ),
             ("SET pg_shard_id.overflow = 'sometimes'", "22023"),
             ("SET pg_shard_id.max_sequences = 100", "55P02"),
         ] {
@@ -254,8 +271,8 @@ mod tests {
             );
             assert_eq!(
                 sqlstate_of("SET pg_shard_id.epoch = '2020-01-01 00:00:00+00'"),
-                "42501",
-                "{role}"
+                "55P02",
+                "{role}: nobody changes the epoch of a running server"
             );
             run("RESET ROLE");
         }
@@ -298,24 +315,35 @@ mod tests {
         assert_eq!(sqlstate_of("SELECT next_shard_id('short', 0)"), "2200H");
     }
 
-    #[pg_test]
-    fn clock_before_epoch_and_past_horizon_are_errors() {
-        run("CREATE SEQUENCE clk");
-        // the test clock: move it to one second before the epoch
+    /// Moves the test clock so that it reads `unix_ms_sql` (an SQL expression in Unix ms) now.
+    fn set_test_clock_to(unix_ms_sql: &str) {
         run("SET LOCAL pg_shard_id.test_clock_offset_ms = 0");
-        let offset: i64 = one(
-            "SELECT (extract(epoch FROM '2026-01-01 00:00:00+00'::timestamptz - clock_timestamp()) * 1000)::bigint - 1000",
-        );
+        let offset: i64 = one(&format!(
+            "SELECT ({unix_ms_sql}) - (extract(epoch FROM clock_timestamp()) * 1000)::bigint"
+        ));
         run(&format!(
             "SET LOCAL pg_shard_id.test_clock_offset_ms = {offset}"
         ));
+    }
+
+    #[pg_test]
+    fn clock_before_epoch_and_past_horizon_are_errors() {
+        run("CREATE SEQUENCE clk");
+        // one second before the epoch
+        set_test_clock_to(
+            "(extract(epoch FROM (SELECT epoch FROM pg_shard_id_info())) * 1000)::bigint - 1000",
+        );
+        assert_eq!(sqlstate_of("SELECT next_shard_id('clk', 1)"), "22008");
+        // one second past the last millisecond that keeps ids positive
+        set_test_clock_to("(extract(epoch FROM (SELECT positive_until FROM pg_shard_id_info())) * 1000)::bigint + 1000");
         assert_eq!(sqlstate_of("SELECT next_shard_id('clk', 1)"), "22008");
         run("SET LOCAL pg_shard_id.test_clock_offset_ms = 0");
-        // an epoch more than 2^40 ms (34.8 years) ago: ids would be negative
-        run("SET LOCAL pg_shard_id.epoch = '1990-01-01 00:00:00+00'");
-        assert_eq!(sqlstate_of("SELECT next_shard_id('clk', 1)"), "22008");
-        run("SET LOCAL pg_shard_id.epoch = '2026-01-01 00:00:00+00'");
         assert!(one::<i64>("SELECT next_shard_id('clk', 1)") > 0);
+        assert_eq!(
+            one::<i64>("SELECT last_value FROM clk"),
+            3,
+            "nextval ran before the clock was checked, as in nextval(); nothing was issued"
+        );
     }
 
     #[pg_test]
@@ -336,21 +364,35 @@ mod tests {
             one::<i32>("SELECT guard_slots FROM pg_shard_id_info()"),
             8192
         );
-        run("SET LOCAL pg_shard_id.overflow = borrow; \
-             SET LOCAL pg_shard_id.epoch = '2011-01-01T00:00:00Z'");
+        assert!(one::<bool>(
+            "SELECT guard_evictions = 0 AND lease_until IS NOT NULL FROM pg_shard_id_info()"
+        ));
+        run("SET LOCAL pg_shard_id.overflow = borrow");
         assert_eq!(
             one::<String>("SELECT overflow FROM pg_shard_id_info()"),
             "borrow"
         );
-        assert_eq!(
-            one::<String>("SELECT epoch::text FROM pg_shard_id_info()"),
-            "2011-01-01 00:00:00+00"
-        );
-        // the STABLE decoders follow the setting, the IMMUTABLE overloads do not
+        // the STABLE decoders read the server's epoch, the IMMUTABLE overloads their argument
         assert!(one::<bool>(
             "SELECT shard_id_extract_timestamp(11637205501278089) \
-                  = shard_id_extract_timestamp(11637205501278089, '2011-01-01+00')"
+                  = shard_id_extract_timestamp(11637205501278089, epoch) \
+               AND shard_id_extract_timestamp(11637205501278089) \
+                  <> shard_id_extract_timestamp(11637205501278089, '2011-01-01+00') \
+             FROM pg_shard_id_info()"
         ));
+    }
+
+    #[pg_test]
+    fn every_function_has_a_comment() {
+        let missing: Option<String> = Spi::get_one(
+            "SELECT string_agg(p.oid::regprocedure::text, ', ') \
+             FROM pg_proc p JOIN pg_depend d ON d.objid = p.oid AND d.classid = 'pg_proc'::regclass \
+             JOIN pg_extension e ON e.oid = d.refobjid AND e.extname = 'pg_shard_id' \
+             WHERE p.pronamespace <> 'tests'::regnamespace \
+               AND obj_description(p.oid, 'pg_proc') IS NULL",
+        )
+        .unwrap();
+        assert_eq!(missing, None, "functions without a COMMENT");
     }
 
     /// Draws `n` ids in one statement (nextval order = `n` order) and checks: no duplicates, and
@@ -369,7 +411,7 @@ mod tests {
         assert_eq!(
             one::<i64>(&format!(
                 "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY n) AS prev FROM burst_{overflow}) x \
-                 WHERE (id >> 23) < (prev >> 23)"
+                 WHERE shard_id_extract_timestamp(id) < shard_id_extract_timestamp(prev)"
             )),
             0,
             "the millisecond went backwards"
@@ -386,7 +428,7 @@ mod tests {
         // more than 1024 ids per ms were asked for, so the guard had to step in
         assert!(
             one::<i64>(&format!(
-                "SELECT count(DISTINCT id >> 23) FROM burst_{overflow}"
+                "SELECT count(DISTINCT shard_id_extract_timestamp(id)) FROM burst_{overflow}"
             )) >= n / 1024
         );
     }

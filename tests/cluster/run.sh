@@ -4,13 +4,18 @@
 # cluster (scripts/lib.sh). Needs a test build installed (scripts/test.sh does that).
 # Ends with the line "N passed, M failed"; exits non-zero if any failed.
 source "$(dirname "$0")/../../scripts/lib.sh"
+stop_clusters_at_exit
 
 SECONDS_CONCURRENT="${CONCURRENT_SECONDS:-20}"
 q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 dups() { q -c "SELECT count(*) - count(DISTINCT id) FROM $1"; }
 decreases() { # rows whose millisecond is below the previous row's, in the order of column $2
-    q -c "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY $2) AS prev FROM $1) x WHERE (id >> 23) < (prev >> 23)"
+    q -c "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY $2) AS prev FROM $1) x
+          WHERE shard_id_extract_timestamp(id) < shard_id_extract_timestamp(prev)"
 }
+# the SQLSTATE and message of a statement that should fail ("" if it succeeds)
+error_of() { psql -X -q -At -v VERBOSITY=verbose -c "$1" 2>&1 >/dev/null | head -1 || true; }
+lease_line() { as_pg cat "$PGHOST/data/pg_shard_id.lease" 2>/dev/null || true; }
 setup_db() {
     q -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" \
       -c "CREATE SEQUENCE s $1" \
@@ -33,8 +38,8 @@ test_concurrent_sessions() {
         check "$mode: ids were drawn" "$([ "$rows" -gt 100000 ] && echo yes)" yes
         check "$mode: duplicates among 4 concurrent sessions" "$(dups t)" 0
         if [ "$mode" = wait ]; then
-            check "wait: never far enough ahead of the clock to need the lease file" \
-                "$(as_pg test -e "$PGHOST/data/pg_shard_id.lease" && echo written || echo none)" none
+            check "wait: never far enough ahead of the clock to extend the lease" \
+                "$(q -c "SELECT lease_until = epoch FROM pg_shard_id_info()")" t
         fi
         stop_cluster concurrent
     done
@@ -113,17 +118,134 @@ test_crash_restart() {
         "$(grep -c 'terminated by signal 9' "$PGHOST/server.log")" 1
     q -c "COPY (SELECT next_shard_id('s', 1) FROM generate_series(1, 1000000)) TO '$PGHOST/after.txt'"
     q -c "COPY t (id) FROM '$PGHOST/before.txt'" -c "COPY t (id) FROM '$PGHOST/after.txt'"
-    echo "  at the crash the last id was $(q -c "SELECT (max(id) >> 23) + 1767225600000 - $crash_ms FROM t WHERE n <= 6000000") ms ahead of the clock;" \
-         "after the restart ids start $(q -c "SELECT (min(id) FILTER (WHERE n > 6000000) >> 23) - (max(id) FILTER (WHERE n <= 6000000) >> 23) FROM t") ms after the last one"
+    local ms_of="(extract(epoch FROM shard_id_extract_timestamp(%s)) * 1000)::bigint"
+    echo "  at the crash the last id was $(q -c "SELECT $(printf "$ms_of" 'max(id)') - $crash_ms FROM t WHERE n <= 6000000") ms ahead of the clock;" \
+         "after the restart ids start $(q -c "SELECT $(printf "$ms_of" 'min(id) FILTER (WHERE n > 6000000)') - $(printf "$ms_of" 'max(id) FILTER (WHERE n <= 6000000)') FROM t") ms after the last one"
     check "crash: ids from both sides of the crash" "$(q -c "SELECT count(*) FROM t")" 7000000
     check "crash: duplicates across the crash" "$(dups t)" 0
     check "crash: the lease file exists" "$(as_pg test -s "$PGHOST/data/pg_shard_id.lease" && echo yes)" yes
     stop_cluster crash
 }
 
+test_epoch_is_fixed_and_checked_at_start() {
+    say "the epoch: fixed while the server runs, recorded in the lease file, checked at every start"
+    start_cluster epoch yes
+    setup_db ""
+    q -c "INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 10000)"
+    check "epoch: the lease file records it" "$(lease_line | grep -o 'epoch [0-9]*')" "epoch 00000001767225600000"
+    check "epoch: SET cannot change it (55P02)" \
+        "$(error_of "SET pg_shard_id.epoch = '2011-01-01 00:00:00+00'" | grep -o 55P02)" 55P02
+    check "epoch: PGOPTIONS cannot change it" \
+        "$(PGOPTIONS="-c pg_shard_id.epoch=2011-01-01T00:00:00Z" psql -X -q -At -c "SHOW pg_shard_id.epoch" 2>&1 | grep -c 'cannot be changed')" 1
+
+    restart_cluster epoch "pg_shard_id.epoch = '2026-06-01 00:00:00+00'"
+    local err; err="$(error_of "SELECT next_shard_id('s', 1)")"
+    echo "  $err"
+    check "epoch: a later epoch at start is refused (55000)" "$(echo "$err" | grep -o 55000)" 55000
+    check "epoch: ... naming both epochs" \
+        "$(echo "$err" | grep -c '2026-06-01 00:00:00.000+00.*2026-01-01 00:00:00.000+00')" 1
+    check "epoch: ... and a WARNING in the server log" \
+        "$(grep -c 'later than the epoch 2026-01-01' "$PGHOST/server.log")" 1
+    check "epoch: decoding still works meanwhile" "$(q -c "SELECT count(shard_id_extract_timestamp(id)) FROM t")" 10000
+
+    restart_cluster epoch "pg_shard_id.epoch = '2025-01-01 00:00:00+00'"
+    q -c "INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 10000)"
+    check "epoch: an earlier epoch is allowed and logged" "$(grep -c 'moved earlier' "$PGHOST/server.log")" 1
+    check "epoch: ... and every new id is above every old one" \
+        "$(q -c "SELECT min(id) FILTER (WHERE n > 10000) > max(id) FILTER (WHERE n <= 10000) FROM t")" t
+    check "epoch: ... and is recorded" "$(lease_line | grep -o 'epoch [0-9]*')" "epoch 00000001735689600000"
+    restart_cluster epoch "pg_shard_id.epoch = '2026-01-01 00:00:00+00'"
+    check "epoch: going back to the first epoch is now a later one: refused" \
+        "$(error_of "SELECT next_shard_id('s', 1)" | grep -o 55000)" 55000
+    check "epoch: duplicates" "$(dups t)" 0
+    stop_cluster epoch
+}
+
+test_guard_table_churn() {
+    say "a role with no grants churns a 16-slot guard table with temporary sequences"
+    start_cluster churn yes "pg_shard_id.max_sequences = 16" "fsync = off"
+    setup_db ""
+    q -c "CREATE ROLE churner LOGIN" -c "CREATE TABLE tv (id bigint, seq int)"
+    # 2 sessions x 200 temporary sequences (25 x the table), each used over and over for ~12 s
+    local churn_sql="DO \$\$ DECLARE i int; t0 timestamptz := clock_timestamp(); BEGIN
+        FOR i IN 1..200 LOOP EXECUTE format('CREATE TEMP SEQUENCE c%s', i); END LOOP;
+        WHILE clock_timestamp() < t0 + interval '12 s' LOOP
+            FOR i IN 1..200 LOOP PERFORM next_shard_id(format('c%s', i)::regclass, 1); END LOOP;
+        END LOOP; END \$\$"
+    local pids=() c
+    for c in 1 2; do
+        (PGUSER=churner psql -X -q -v ON_ERROR_STOP=1 -c "$churn_sql" >"$PGHOST/churn$c.log" 2>&1; echo "exit $?" >>"$PGHOST/churn$c.log") &
+        pids+=($!)
+    done
+    sleep 1
+    # meanwhile another role's existing sequence (2 pgbench clients) and 20 new ones keep issuing
+    pgbench_rows 100 2 8 &
+    local bench=$!
+    for c in $(seq 1 20); do
+        q -c "CREATE SEQUENCE v$c" \
+          -c "INSERT INTO tv SELECT next_shard_id('v$c', 100 + $c), $c FROM generate_series(1, 2000)"
+    done
+    local bench_status=0
+    wait "$bench" || bench_status=$?
+    for p in "${pids[@]}"; do wait "$p"; done
+    local evictions; evictions="$(q -c "SELECT guard_evictions FROM pg_shard_id_info()")"
+    echo "  $(q -c "SELECT count(*) FROM t") ids from the existing sequence, $(q -c "SELECT count(*) FROM tv") from 20 new ones; $evictions slot evictions"
+    check "churn: the churners ran without an error" "$(cat "$PGHOST"/churn*.log | grep -c '^exit 0')" 2
+    check "churn: the table was churned (more evictions than 25 x its slots)" "$([ "$evictions" -gt 400 ] && echo yes)" yes
+    check "churn: pgbench on the existing sequence had no error" "$bench_status:$(grep -c ERROR "$PGHOST/pgbench.log")" "0:0"
+    check "churn: ids were drawn from the existing sequence" "$([ "$(q -c "SELECT count(*) FROM t")" -gt 10000 ] && echo yes)" yes
+    check "churn: new sequences issued every id" "$(q -c "SELECT count(*) FROM tv")" 40000
+    check "churn: duplicates (existing sequence)" "$(dups t)" 0
+    check "churn: duplicates (new sequences)" "$(dups tv)" 0
+    check "churn: millisecond decreases per new sequence" \
+        "$(q -c "SELECT count(*) FROM (SELECT id, lag(id) OVER (PARTITION BY seq ORDER BY ctid) AS prev FROM tv) x
+                 WHERE shard_id_extract_timestamp(id) < shard_id_extract_timestamp(prev)")" 0
+    stop_cluster churn
+}
+
+test_damaged_lease() {
+    say "a damaged lease file: the server starts, warns, and issues above every earlier id"
+    start_cluster lease yes "pg_shard_id.overflow = borrow"
+    setup_db ""
+    local kind lease="$RUN_DIR/lease/data/pg_shard_id.lease" warnings=0
+    for kind in empty truncated garbage flipped unreadable; do
+        q -c "INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 300000)"
+        local before; before="$(q -c "SELECT max(id) FROM t")"
+        as_pg "$PG_BIN/pg_ctl" -D "$RUN_DIR/lease/data" -m fast -w stop >/dev/null
+        case "$kind" in
+            empty) as_pg truncate -s 0 "$lease" ;;
+            truncated) as_pg truncate -s 30 "$lease" ;;
+            garbage) echo "not a lease" | as_pg tee "$lease" >/dev/null ;;
+            flipped) as_pg sed -i 's/lease 0000000/lease 0000001/' "$lease" ;;
+            unreadable) as_pg chmod 000 "$lease" ;;
+        esac
+        local started=no
+        as_pg "$PG_BIN/pg_ctl" -D "$RUN_DIR/lease/data" -l "$RUN_DIR/lease/server.log" -w -t 60 start >/dev/null && started=yes
+        check "lease $kind: the server starts" "$started" yes
+        warnings=$((warnings + 1))
+        check "lease $kind: a WARNING says what happened" \
+            "$(grep -c 'the lease file is damaged' "$RUN_DIR/lease/server.log")" "$warnings"
+        q -c "INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 1000)"
+        check "lease $kind: new ids are above every earlier one" \
+            "$(q -c "SELECT min(id) > $before FROM (SELECT id FROM t ORDER BY n DESC LIMIT 1000) x")" t
+        check "lease $kind: the file is rewritten" "$(lease_line | grep -c '^pg_shard_id lease .* check ')" 1
+    done
+    check "lease: duplicates" "$(dups t)" 0
+    # a lease far in the future (a 0.1.0-format record for 2100-01-01)
+    as_pg "$PG_BIN/pg_ctl" -D "$RUN_DIR/lease/data" -m fast -w stop >/dev/null
+    printf '%020d\n' 4102444800000 | as_pg tee "$lease" >/dev/null
+    as_pg "$PG_BIN/pg_ctl" -D "$RUN_DIR/lease/data" -l "$RUN_DIR/lease/server.log" -w -t 60 start >/dev/null
+    local err; err="$(error_of "SELECT next_shard_id('s', 1)")"
+    echo "  $err"
+    check "lease in 2100: 22008 naming the lease file" "$(echo "$err" | grep -c '22008: pg_shard_id: the lease file')" 1
+    check "lease in 2100: the server log warned at start" "$(grep -c 'records ids up to 2100' "$RUN_DIR/lease/server.log")" 1
+    check "lease in 2100: everything else works" "$(q -c "SELECT count(*) > 0 FROM t WHERE shard_id_extract_shard(id) = 1")" t
+    stop_cluster lease
+}
+
 test_many_shards() {
-    say "3 clusters, 12 logical shards, a shard move (scripts/many_shards.sh)"
-    if bash "$REPO/scripts/many_shards.sh" 2>&1 | sed 's/^/  /'; then
+    say "3 clusters, 12 logical shards, a shard move (tests/cluster/many_shards.sh)"
+    if bash "$REPO/tests/cluster/many_shards.sh" 2>&1 | sed 's/^/  /'; then
         check "many shards: unique ids, routing, shard move" passed passed
     else
         check "many shards: unique ids, routing, shard move" failed passed
@@ -131,7 +253,8 @@ test_many_shards() {
 }
 
 tests=("$@")
-[ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart many_shards)
+[ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart
+    epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards)
 for t in "${tests[@]}"; do "test_$t"; done
 echo
 echo "cluster: $PASSED passed, $FAILED failed"

@@ -39,7 +39,9 @@ SELECT q AS statement, pg_temp.sqlstate_of(q) AS sqlstate FROM (VALUES
     ('SELECT shard_id_compose(now(), 0, 1024)'),
     ('SELECT shard_id_compose(''2025-12-31 23:59:59+00'', 0, 0)'),
     ('SELECT shard_id_extract_timestamp(1, ''infinity'')'),
-    ('SET pg_shard_id.epoch = ''2026-01-01''')
+    ('SET pg_shard_id.epoch = ''2026-01-01'''),
+    ('SELECT shard_id_from_shortcode(repeat(''x'', 1000000))'),
+    ('SELECT * FROM shard_id_partition_bounds(''2026-01-01+00'', ''2026-06-01+00'', ''1 mon -28 days'')')
 ) v(q);
 
 -- missing privileges: the same check nextval() makes

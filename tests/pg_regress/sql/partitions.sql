@@ -5,6 +5,8 @@ SET DateStyle = 'ISO';
 SELECT * FROM shard_id_partition_bounds('2026-01-01+00', '2026-04-01+00', '1 month');
 -- the last range ends at to_ts even when it is not a whole step away
 SELECT * FROM shard_id_partition_bounds('2026-01-01+00', '2026-01-01 00:00:00.0025+00', '1 ms');
+-- ... and a tail inside the last range's final millisecond adds no empty range
+SELECT * FROM shard_id_partition_bounds('2026-01-01 00:00:00.0002+00', '2026-01-01 00:00:00.0024+00', '1 ms');
 
 CREATE SEQUENCE events_id_seq;
 CREATE TABLE events (
@@ -48,3 +50,16 @@ SELECT count(*) FROM events
 SELECT * FROM shard_id_partition_bounds('2026-02-01+00', '2026-01-01+00', '1 month');
 SELECT * FROM shard_id_partition_bounds('2026-01-01+00', '2026-02-01+00', '0 days');
 SELECT * FROM shard_id_partition_bounds('2026-01-01+00', '2070-01-01+00', '1 year');
+-- steps that go back or nowhere from some dates, sub-millisecond steps, infinite bounds,
+-- ranges before the epoch, too many ranges: each a clear error, at once
+SELECT * FROM shard_id_partition_bounds('2026-01-01+00', '2026-06-01+00', '1 mon -30 days');
+SELECT * FROM shard_id_partition_bounds('2026-01-01+00', '2026-06-01+00', '1 mon -28 days');
+SELECT * FROM shard_id_partition_bounds('2026-01-01+00', '2026-02-01+00', '-1 day');
+SELECT * FROM shard_id_partition_bounds('2026-01-01+00', '2026-01-01 00:00:00.003+00', '0.5 ms');
+SELECT * FROM shard_id_partition_bounds('2026-01-01 00:00:00.0002+00', '2026-01-01 00:00:00.0007+00', '1 day');
+SELECT * FROM shard_id_partition_bounds('-infinity', '2026-06-01+00', '1 day');
+SELECT * FROM shard_id_partition_bounds('2026-01-01+00', 'infinity', '1 day');
+SELECT * FROM shard_id_partition_bounds('2020-01-01+00', '2021-01-01+00', '1 month');
+SELECT * FROM shard_id_partition_bounds('2026-01-01+00', '2027-01-01+00', '1 ms');
+-- a span that starts before the epoch starts at id 0
+SELECT * FROM shard_id_partition_bounds('2025-12-01+00', '2026-04-01+00', '2 months');

@@ -26,3 +26,8 @@ SELECT shard_id_from_shortcode('AClX-gwU94');
 SELECT shard_id_from_shortcode('AClX+gwU94k');
 SELECT shard_id_from_shortcode('AClX-gwU94l');
 SELECT shard_id_from_shortcode('gAAAAAAAAAA');
+-- messages quote at most a short prefix of the input, and count characters, not bytes
+SELECT shard_id_from_shortcode(repeat('x', 1000000));
+SELECT shard_id_from_shortcode('ééééééééééé');
+SELECT shard_id_from_shortcode('éééééééééé');
+SELECT shard_id_shard_for(repeat('é', 100000), 2000) AS long_key_shard;

@@ -5,21 +5,28 @@ SHOW pg_shard_id.epoch;
 SHOW pg_shard_id.overflow;
 SHOW pg_shard_id.max_sequences;
 
-SET pg_shard_id.epoch = 'soon';
-SET pg_shard_id.epoch = '2026-01-01 00:00:00';
-SET pg_shard_id.epoch = '2011-01-01 00:00:00.0005+00';
-SET pg_shard_id.epoch = '2999-01-01 00:00:00+00';
+-- the epoch is fixed while the server runs: no SET, ALTER DATABASE or ALTER ROLE changes it
+SET pg_shard_id.epoch = '2011-01-01 00:00:00+00';
+SELECT set_config('pg_shard_id.epoch', '2011-01-01 00:00:00+00', false);
+ALTER DATABASE pg_shard_id_regress SET pg_shard_id.epoch = '2011-01-01 00:00:00+00';
+ALTER ROLE CURRENT_USER SET pg_shard_id.epoch = '2011-01-01 00:00:00+00';
+-- ALTER SYSTEM checks the value and takes effect at the next start
+ALTER SYSTEM SET pg_shard_id.epoch = 'soon';
+ALTER SYSTEM SET pg_shard_id.epoch = '2026-01-01 00:00:00';
+ALTER SYSTEM SET pg_shard_id.epoch = '2011-01-01 00:00:00.0005+00';
+ALTER SYSTEM SET pg_shard_id.epoch = '2999-01-01 00:00:00+00';
+-- a long value: our detail quotes its first 40 characters only
+SELECT repeat('x', 200) AS long_value \gset
+ALTER SYSTEM SET pg_shard_id.epoch = :'long_value';
+ALTER SYSTEM SET pg_shard_id.epoch = '2011-01-01 00:00:00+00';
+SHOW pg_shard_id.epoch;
+ALTER SYSTEM RESET pg_shard_id.epoch;
 SET pg_shard_id.overflow = 'panic';
 SET pg_shard_id.max_sequences = 10;
 SET pg_shard_id.no_such_setting = 1;
 
--- accepted spellings of an epoch; the decoders follow it
-SET pg_shard_id.epoch = '2011-01-01T00:00:00Z';
 SELECT epoch, positive_until FROM pg_shard_id_info();
 SELECT shard_id_extract_timestamp(11637205501278089);
-SET pg_shard_id.epoch = '2010-12-31 19:00:00-05';
-SELECT epoch FROM pg_shard_id_info();
-RESET pg_shard_id.epoch;
 SET pg_shard_id.overflow = borrow;
 SELECT overflow FROM pg_shard_id_info();
 RESET pg_shard_id.overflow;

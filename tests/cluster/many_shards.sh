@@ -10,7 +10,8 @@
 #      then inserts go on there: the sequence continues and every id stays unique.
 # Prints its checks and ends with "N passed, M failed"; exits non-zero if any failed.
 # Needs pg_shard_id installed (scripts/try.sh or scripts/test.sh do that).
-source "$(dirname "$0")/lib.sh"
+source "$(dirname "$0")/../../scripts/lib.sh"
+stop_clusters_at_exit
 
 SHARDS=12
 ROWS="${MANY_SHARDS_ROWS:-100000}"

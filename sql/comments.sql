@@ -1,0 +1,35 @@
+-- One COMMENT per SQL function (\df+ and pgAdmin show them). A pg_test checks that none is missing.
+COMMENT ON FUNCTION next_shard_id(regclass, integer) IS
+    'Next 64-bit id of a logical shard: ms since pg_shard_id.epoch | shard | nextval(seq) mod 1024; never repeats.';
+COMMENT ON FUNCTION shard_id_extract_timestamp(bigint) IS
+    'The time an id was made, to the millisecond, by pg_shard_id.epoch.';
+COMMENT ON FUNCTION shard_id_extract_timestamp(bigint, timestamptz) IS
+    'The time an id was made, to the millisecond, by an explicit epoch.';
+COMMENT ON FUNCTION shard_id_extract_shard(bigint) IS
+    'The logical shard of an id.';
+COMMENT ON FUNCTION shard_id_extract_seq(bigint) IS
+    'The sequence field of an id (nextval mod 1024).';
+COMMENT ON FUNCTION shard_id_decode(bigint) IS
+    'The fields of an id: (ts, shard, seq), by pg_shard_id.epoch.';
+COMMENT ON FUNCTION shard_id_decode(bigint, timestamptz) IS
+    'The fields of an id: (ts, shard, seq), by an explicit epoch.';
+COMMENT ON FUNCTION shard_id_compose(timestamptz, integer, integer) IS
+    'The id with these fields, by pg_shard_id.epoch: the inverse of shard_id_decode.';
+COMMENT ON FUNCTION shard_id_compose(timestamptz, integer, integer, timestamptz) IS
+    'The id with these fields, by an explicit epoch: the inverse of shard_id_decode.';
+COMMENT ON FUNCTION shard_id_lower_bound(timestamptz) IS
+    'The smallest id made at or after a time, by pg_shard_id.epoch: id >= lower_bound(a) AND id < lower_bound(b) is a time range.';
+COMMENT ON FUNCTION shard_id_lower_bound(timestamptz, timestamptz) IS
+    'The smallest id made at or after a time, by an explicit epoch.';
+COMMENT ON FUNCTION shard_id_shard_for(bigint, integer) IS
+    'The logical shard of an integer key: key mod shard_count.';
+COMMENT ON FUNCTION shard_id_shard_for(text, integer) IS
+    'The logical shard of a text key: 64-bit FNV-1a of its UTF-8 bytes, mod shard_count.';
+COMMENT ON FUNCTION shard_id_to_shortcode(bigint) IS
+    'The 11-character URL-safe base64 code of an id.';
+COMMENT ON FUNCTION shard_id_from_shortcode(text) IS
+    'The id of a shortcode made by shard_id_to_shortcode.';
+COMMENT ON FUNCTION shard_id_partition_bounds(timestamptz, timestamptz, interval) IS
+    'Contiguous (lower, upper) id ranges per time step, for PARTITION BY RANGE (id).';
+COMMENT ON FUNCTION pg_shard_id_info() IS
+    'The epoch, overflow policy, guard mode, guard table use and lease in force.';
