@@ -129,12 +129,15 @@ for i, (name, column) in enumerate(TABLES):
     psql(f"DROP TABLE {table}")
 results["scale"] = scale
 
-# 4. Decode: the extension's function against the same arithmetic inline in SQL
+# 4. Decode: the extension's function against the same arithmetic inline in SQL. The epoch and the
+# timestamp field's shift are read from the extension, not written here a second time.
+epoch_ms = int(psql("SELECT (extract(epoch FROM epoch) * 1000)::bigint FROM pg_shard_id_info()"))
+shift = int(psql("SELECT log(2, shard_id_compose(epoch + interval '1 ms', 0, 0))::int FROM pg_shard_id_info()"))
 first = 1 << 40
 DECODERS = [
     ("shard_id_extract_timestamp(id)", "shard_id_extract_timestamp(g)"),
     ("inline SQL arithmetic",
-     "to_timestamp(((g >> 23) + 1767225600000) / 1000.0)"),
+     f"to_timestamp(((g >> {shift}) + {epoch_ms}) / 1000.0)"),
 ]
 decode = []
 for name, expr in DECODERS:

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The pg_regress suite in tests/pg_regress (sql/ in, expected/ out), against a throwaway cluster
-# with the library preloaded and a test build installed (clock_step needs the test clock).
+# with the library preloaded and the build that scripts/test.sh installed.
 #
 # `cargo pgrx regress` reads the same folders, but it starts its server as the current user and
 # initdb refuses root, so this script runs pg_regress itself (same client_min_messages=warning, so

@@ -124,13 +124,19 @@ fn sibling(path: &Path, suffix: &str) -> PathBuf {
 /// Replaces the lease file with `record`, durably: a crash leaves either the old or the new file.
 /// Serialised between processes by a lock on `<path>.lock`.
 pub fn write(path: &Path, record: &Record) -> io::Result<()> {
+    let _lock = lock_writers(path)?;
+    write_locked(path, record)
+}
+
+/// Takes the writers' lock, `<path>.lock`; it is released when the returned file is dropped.
+fn lock_writers(path: &Path) -> io::Result<File> {
     let lock = OpenOptions::new()
         .write(true)
         .create(true)
         .truncate(false)
         .open(sibling(path, ".lock"))?;
     lock.lock()?;
-    write_locked(path, record)
+    Ok(lock)
 }
 
 fn write_locked(path: &Path, record: &Record) -> io::Result<()> {
@@ -158,12 +164,7 @@ pub fn cover(
     if reserved.load(Ordering::Acquire) >= unix_ms {
         return Ok(());
     }
-    let lock = OpenOptions::new()
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .open(sibling(path, ".lock"))?;
-    lock.lock()?;
+    let _lock = lock_writers(path)?;
     if reserved.load(Ordering::Acquire) >= unix_ms {
         return Ok(()); // another process grew it while we waited for the lock
     }
