@@ -24,7 +24,7 @@ fn plus(t: TimestampWithTimeZone, step: Interval) -> TimestampWithTimeZone {
     .expect("timestamptz + interval is never NULL")
 }
 
-fn bad_step(message: String, hint: &str) -> ! {
+fn invalid_parameter(message: String, hint: &str) -> ! {
     errors::raise_with_hint(
         PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
         message,
@@ -61,7 +61,7 @@ fn shard_id_partition_bounds(
         );
     }
     if from_ts >= to_ts {
-        bad_step(
+        invalid_parameter(
             format!("from_ts ({from_ts}) must be before to_ts ({to_ts})"),
             "Pass the start of the first partition, then the end of the last.",
         );
@@ -72,7 +72,7 @@ fn shard_id_partition_bounds(
     while t < to_ts {
         let next = plus(t, step);
         if !next.is_finite() || next <= t {
-            bad_step(
+            invalid_parameter(
                 format!("step {step} does not move forward from {t}"),
                 "Use a step that is positive from every date in the span, such as '1 month' or \
                  '7 days'; a mix like '1 mon -30 days' goes back from some dates.",
@@ -91,7 +91,7 @@ fn shard_id_partition_bounds(
             if next == to_ts && !ranges.is_empty() {
                 break; // a tail inside the last range's final millisecond: already covered
             }
-            bad_step(
+            invalid_parameter(
                 format!("step {step} from {t} stays within one millisecond"),
                 "Ids have millisecond precision: use a step of at least 1 ms, and bounds at least \
                  1 ms apart.",

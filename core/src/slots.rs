@@ -257,7 +257,11 @@ impl SlotTable {
         clock: impl FnOnce() -> i64,
     ) -> Result<Decision, LayoutError> {
         let now = clock();
-        slot.last_used.fetch_max(now, Ordering::Relaxed);
+        // Written only under the slot's lock, so a plain load and store suffice (the eviction
+        // scan reads it without the lock, as a hint).
+        if now > slot.last_used.load(Ordering::Relaxed) {
+            slot.last_used.store(now, Ordering::Relaxed);
+        }
         // SAFETY: the caller holds the slot's lock, the only way to the state.
         unsafe { (*slot.state.get()).issue(now, remainder, overflow) }
     }
