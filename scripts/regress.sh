@@ -20,7 +20,7 @@ start_cluster regress yes
 PG_REGRESS="$("$PG_CONFIG" --pkglibdir)/pgxs/src/test/regress/pg_regress"
 status=0
 PGOPTIONS="-c client_min_messages=warning" "$PG_REGRESS" \
-    --host="$PGHOST" --port="$PGPORT" --user=postgres \
+    --bindir="$PG_BIN" --host="$PGHOST" --port="$PGPORT" --user=postgres \
     --dbname=pg_shard_id_regress --inputdir=. --outputdir=. \
     setup "${tests[@]}" || status=$?
 if [ "$status" != 0 ] && [ "${REGRESS_ACCEPT:-0}" = 1 ]; then

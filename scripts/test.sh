@@ -2,22 +2,30 @@
 # README command 2: set up what is missing, then run every test:
 #   1. cargo fmt --check and cargo clippy -D warnings (the unsafe-code lints are in Cargo.toml)
 #   2. plain-Rust unit and property tests of the layout, time conversion, guard, slot table, lease
-#   3. #[pg_test]s (cargo pgrx test pg15), in a server with the library preloaded
+#   then, for each PostgreSQL in PG_VERSIONS (default "15 18"; PG_VERSIONS=18 scripts/test.sh for one):
+#   3. #[pg_test]s (cargo pgrx test pgNN), in a server with the library preloaded
 #   4. the pg_regress suite (tests/pg_regress), what a user sees in psql
 #   5. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL,
 #      the epoch across restarts, a hostile role churning the guard table, damaged lease files,
 #      3 clusters with a shard move
 #   6. the benchmark at smoke size (scripts/bench.sh --smoke)
 # Stops at the first failing stage. Ends with "N passed, N failed" over the stages. Whatever
-# happens, the system PostgreSQL is left with the release build installed, never the test build
+# happens, each PostgreSQL is left with the release build installed, never the test build
 # (which has the controllable test clock).
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
 
+PG_VERSIONS="${PG_VERSIONS:-15 18}"
 ensure_setup
 stages_passed=0
-release_installed=no
-trap '[ "$release_installed" = yes ] || install_extension release >/dev/null 2>&1 || true' EXIT
+test_build_in=""  # the PostgreSQL versions that have a test build installed right now
+reinstall_release() {
+    local v
+    for v in $test_build_in; do
+        (select_pg "$v" && install_extension release >/dev/null 2>&1) || true
+    done
+}
+trap reinstall_release EXIT
 stage() {
     say "$1"
     shift
@@ -34,23 +42,28 @@ lint() {
         cargo clippy --workspace --all-targets --features pg_test -- -D warnings
 }
 
-pgrx_tests() {
-    local data="$RUN_DIR/pgrx-test-data"
+pgrx_tests() { # installs a test build (debug, with the test clock)
+    local data="$RUN_DIR/pgrx-test-data-$PG_MAJOR"
     mkdir -p "$data"
     [ "$(id -u)" = 0 ] && chown postgres: "$RUN_DIR" "$data"
-    CARGO_PGRX_TEST_RUNAS=postgres CARGO_PGRX_TEST_PGDATA="$data" cargo pgrx test pg15
+    test_build_in+=" $PG_MAJOR"
+    CARGO_PGRX_TEST_RUNAS=postgres CARGO_PGRX_TEST_PGDATA="$data" cargo pgrx test "pg$PG_MAJOR"
 }
 
 bench_smoke() { # installs the release build itself
-    bash scripts/bench.sh --smoke && release_installed=yes
+    bash scripts/bench.sh --smoke && test_build_in="${test_build_in/ $PG_MAJOR/}"
 }
 
 stage "format and lints" lint
 stage "unit and property tests (no PostgreSQL)" cargo test -p pg_shard_id_core
-stage "pgrx tests" pgrx_tests
-stage "installing the test build for the SQL-level suites" install_extension test
-stage "pg_regress suite" bash scripts/regress.sh
-stage "cluster tests" bash tests/cluster/run.sh
-stage "benchmark smoke run (installs the release build again)" bench_smoke
+for version in $PG_VERSIONS; do
+    select_pg "$version"
+    ensure_setup
+    stage "PostgreSQL $PG_MAJOR: pgrx tests" pgrx_tests
+    stage "PostgreSQL $PG_MAJOR: installing the test build for the SQL-level suites" install_extension test
+    stage "PostgreSQL $PG_MAJOR: pg_regress suite" bash scripts/regress.sh
+    stage "PostgreSQL $PG_MAJOR: cluster tests" bash tests/cluster/run.sh
+    stage "PostgreSQL $PG_MAJOR: benchmark smoke run (installs the release build again)" bench_smoke
+done
 echo
 echo "stages: $stages_passed passed, 0 failed"

@@ -1,3 +1,4 @@
+-- PostgreSQL 18 words nextval's "not a sequence" error differently (same SQLSTATE 42809); errors_1.out is its expected output.
 -- Every bad input: a clear message, a hint, a proper SQLSTATE, and nothing written.
 SET TimeZone = 'UTC';
 SET DateStyle = 'ISO';
