@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
-"""Turns bench.py's JSON into docs/benchmarks.md and docs/benchmarks.png."""
+"""Turns bench.py's JSON files (one per PostgreSQL version) into docs/benchmarks.md and .png."""
 import json
 import sys
 
-results = json.load(open(sys.argv[1]))
-md_path, png_path = sys.argv[2], sys.argv[3]
-m = results["machine"]
+# report.py OUT.md OUT.png RESULTS.json [RESULTS.json ...]: one results file per PostgreSQL
+# version, reported side by side (a column group per version).
+md_path, png_path = sys.argv[1], sys.argv[2]
+runs = [json.load(open(path)) for path in sys.argv[3:]]
+versions = [r["machine"]["postgres"].split()[0] for r in runs]
+first = runs[0]
 
 
 def mib(b):
@@ -15,45 +18,70 @@ def mib(b):
 lines = [
     "# Benchmarks",
     "",
-    "Made by `scripts/bench.sh` in one run on one machine; every figure is the median of 3 runs.",
-    "Re-run it to get your own numbers (it starts its own throwaway cluster, release build,",
-    "`pg_shard_id` preloaded, default settings but `synchronous_commit = off`).",
+    "Made by `scripts/bench.sh` on one machine, one PostgreSQL version after the other; every figure",
+    "is the median of 3 runs, and ratios compare generators measured in the same run. Re-run it to",
+    "get your own numbers (it starts its own throwaway cluster, release build, `pg_shard_id`",
+    "preloaded, default settings but `synchronous_commit = off` and `jit = off`).",
     "",
-    f"- machine: {m['cpu']}, {m['cores']} cores",
-    f"- PostgreSQL {m['postgres']}",
-    f"- date: {m['date']}",
-    "",
-    "![ids/s and inserts/s](benchmarks.png)",
 ]
+lines += [f"- PostgreSQL {r['machine']['postgres']}: {r['machine']['date']}, {r['machine']['cpu']}, "
+          f"{r['machine']['cores']} cores" for r in runs]
+lines += ["", "![ids/s and inserts/s](benchmarks.png)"]
 
 
-def section(title, intro, header, rows):
-    """One part of the report: a heading, what was measured, a table."""
+def section(title, intro, key, per_version, rows_of):
+    """A heading, what was measured, and one table: a row per generator, per_version columns for
+    each PostgreSQL version ("-" where a version lacks the generator)."""
+    header = [key] + [f"{h}, PG {v}" for v in versions for h in per_version]
     lines.extend(["", f"## {title}", ""] + intro + ["", "| " + " | ".join(header) + " |",
                   "|---|" + "---:|" * (len(header) - 1)])
-    lines.extend("| " + " | ".join(row) + " |" for row in rows)
+    names = []
+    for r in runs:
+        names += [row["name"] for row in rows_of(r) if row["name"] not in names]
+    for name in names:
+        cells = [name]
+        for r in runs:
+            row = next((x for x in rows_of(r) if x["name"] == name), None)
+            cells += per_version(row) if row else ["-"] * len(per_version)
+        lines.append("| " + " | ".join(cells) + " |")
 
 
-section(f"1. Generation rate, one session, {results['n_gen']:,} ids",
-        [f"`SELECT count(<generator>) FROM generate_series(1, {results['n_gen']})`; duplicates counted in a",
+class Columns(list):
+    """Column headers that also render one row's cells."""
+
+    def __init__(self, headers, render):
+        super().__init__(headers)
+        self.render = render
+
+    def __call__(self, row):
+        return self.render(row) if row else None
+
+
+section(f"1. Generation rate, one session, {first['n_gen']:,} ids",
+        [f"`SELECT count(<generator>) FROM generate_series(1, {first['n_gen']})`; duplicates counted in a",
          "separate run of the same size. The layout's limit for one sequence is 1,024,000 ids/s."],
-        ["generator", "ids/s", "× nextval()", "duplicates"],
-        [[g["name"], f"{g['rate']:,.0f}", f"{g['ratio_to_nextval']:.2f}", f"{g['duplicates']:,}"]
-         for g in results["generation"]])
-section(f"2. Inserts, pgbench, 2 clients, {results['pgbench_seconds']} s",
+        "generator",
+        Columns(["ids/s", "× nextval()", "duplicates"],
+                lambda g: [f"{g['rate']:,.0f}", f"{g['ratio_to_nextval']:.2f}", f"{g['duplicates']:,}"]),
+        lambda r: r["generation"])
+section(f"2. Inserts, pgbench, 2 clients, {first['pgbench_seconds']} s",
         ["`INSERT INTO t DEFAULT VALUES`, the primary key's DEFAULT being the generator",
          "(`synchronous_commit = off`, so that the generators are measured rather than the disk)."],
-        ["primary key default", "tps", "× bigserial", "the 3 runs"],
-        [[r["name"], f"{r['tps']:,.0f}", f"{r['ratio_to_bigserial']:.2f}",
-          ", ".join(f"{t:,.0f}" for t in r.get("runs", []))] for r in results["inserts"]])
-section(f"3. Scale: {results['n_scale']:,} rows per generator",
-        [f"`INSERT INTO t (payload) SELECT 1 FROM generate_series(1, {results['n_scale']})` into an empty table."],
-        ["primary key default", "load time", "primary key index"],
-        [[r["name"], f"{r['seconds']:.2f} s", mib(r["index_bytes"])] for r in results["scale"]])
-section(f"4. Decode, {results['n_decode']:,} ids",
+        "primary key default",
+        Columns(["tps", "× bigserial", "the 3 runs"],
+                lambda r: [f"{r['tps']:,.0f}", f"{r['ratio_to_bigserial']:.2f}",
+                           ", ".join(f"{t:,.0f}" for t in r.get("runs", []))]),
+        lambda r: r["inserts"])
+section(f"3. Scale: {first['n_scale']:,} rows per generator",
+        [f"`INSERT INTO t (payload) SELECT 1 FROM generate_series(1, {first['n_scale']})` into an empty table."],
+        "primary key default",
+        Columns(["load time", "primary key index"], lambda r: [f"{r['seconds']:.2f} s", mib(r["index_bytes"])]),
+        lambda r: r["scale"])
+section(f"4. Decode, {first['n_decode']:,} ids",
         ["`SELECT count(<decoder>) FROM generate_series(...)` over valid ids."],
-        ["decoder", "ids/s", "× inline SQL"],
-        [[d["name"], f"{d['rate']:,.0f}", f"{d['ratio_to_inline']:.2f}"] for d in results["decode"]])
+        "decoder",
+        Columns(["ids/s", "× inline SQL"], lambda d: [f"{d['rate']:,.0f}", f"{d['ratio_to_inline']:.2f}"]),
+        lambda r: r["decode"])
 lines.extend([
     "",
     "## Reading the numbers",
@@ -76,17 +104,32 @@ import matplotlib  # noqa: E402
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 
-fig, (a, b) = plt.subplots(1, 2, figsize=(13, 4.8))
-gen = results["generation"]
-a.barh([g["name"] for g in gen][::-1], [g["rate"] / 1e6 for g in gen][::-1], color="#4477aa")
+fig, (a, b) = plt.subplots(1, 2, figsize=(13, 5.2))
+colors = ["#4477aa", "#ee6677", "#228833", "#ccbb44"]
+height = 0.8 / len(runs)
+
+
+def bars(ax, rows_of, value):
+    names = []
+    for r in runs:
+        names += [row["name"] for row in rows_of(r) if row["name"] not in names]
+    names = names[::-1]
+    for i, (r, v) in enumerate(zip(runs, versions)):
+        by_name = {row["name"]: value(row) for row in rows_of(r)}
+        ax.barh([k + i * height for k in range(len(names))], [by_name.get(n, 0) for n in names],
+                height=height, color=colors[i % len(colors)], label=f"PostgreSQL {v}")
+    ax.set_yticks([k + height * (len(runs) - 1) / 2 for k in range(len(names))], names)
+
+
+bars(a, lambda r: r["generation"], lambda g: g["rate"] / 1e6)
 a.axvline(1.024, color="#cc3311", linestyle="--", label="layout limit, 1.024 M/s per sequence")
 a.set_xlabel("million ids/s, one session")
 a.set_title("Generation rate")
 a.legend(loc="lower right", fontsize=8)
-ins = results["inserts"]
-b.barh([r["name"] for r in ins][::-1], [r["tps"] for r in ins][::-1], color="#228833")
+bars(b, lambda r: r["inserts"], lambda r: r["tps"])
 b.set_xlabel("inserts/s, pgbench, 2 clients")
 b.set_title("INSERT ... DEFAULT VALUES")
-fig.suptitle(f"pg_shard_id, PostgreSQL {m['postgres'].split()[0]}, {m['cores']} cores, {m['date']}")
+b.legend(loc="lower right", fontsize=8)
+fig.suptitle(f"pg_shard_id, PostgreSQL {' and '.join(versions)}, {first['machine']['cores']} cores")
 fig.tight_layout()
 fig.savefig(png_path, dpi=90)

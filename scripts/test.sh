@@ -51,7 +51,7 @@ pgrx_tests() { # installs a test build (debug, with the test clock)
 }
 
 bench_smoke() { # installs the release build itself
-    bash scripts/bench.sh --smoke && test_build_in="${test_build_in/ $PG_MAJOR/}"
+    PG_VERSIONS="$PG_MAJOR" bash scripts/bench.sh --smoke && test_build_in="${test_build_in/ $PG_MAJOR/}"
 }
 
 stage "format and lints" lint
