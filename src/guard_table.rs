@@ -22,7 +22,7 @@ use pg_shard_id_core::guard::{Decision, Overflow};
 use pg_shard_id_core::layout::{LayoutError, MAX_MS};
 use pg_shard_id_core::lease::{self, Level};
 use pg_shard_id_core::slots::{sequence_of, OwnedSlotTable, SlotKey, SlotTable};
-use pg_shard_id_core::time::{format_unix_ms, wall_clock_unix_ms};
+use pg_shard_id_core::time::format_unix_ms;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use std::cell::{Cell, RefCell};
@@ -353,7 +353,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
 fn start_guard(table: &SlotTable) {
     let epoch = settings::epoch_unix_ms();
     let path = Path::new(LEASE_FILE);
-    let plan = lease::plan_start(lease::read(path), epoch, wall_clock_unix_ms());
+    let plan = lease::plan_start(lease::read(path), epoch, crate::clock::now_unix_ms());
     for (level, message) in &plan.messages {
         match level {
             Level::Log => log!("{message}"),
