@@ -2,13 +2,18 @@
 # README command 2: set up what is missing, then run every test:
 #   1. cargo fmt --check and cargo clippy -D warnings (the unsafe-code lints are in Cargo.toml)
 #   2. plain-Rust unit and property tests of the layout, time conversion, guard, slot table, lease
+#   3. the release files agree (tests/release/check.py): versions, META.json, CHANGELOG, sql/
 #   then, for each PostgreSQL in PG_VERSIONS (default "15 18"; PG_VERSIONS=18 scripts/test.sh for one):
-#   3. #[pg_test]s (cargo pgrx test pgNN), in a server with the library preloaded
-#   4. the pg_regress suite (tests/pg_regress), what a user sees in psql
-#   5. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL,
+#   4. #[pg_test]s (cargo pgrx test pgNN), in a server with the library preloaded
+#   5. the pg_regress suite (tests/pg_regress), what a user sees in psql
+#   6. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL,
 #      the epoch across restarts, a hostile role churning the guard table, damaged lease files,
 #      3 clusters with a shard move
-#   6. the benchmark at smoke size (scripts/bench.sh --smoke)
+#   7. the upgrade test (tests/upgrade): every released version, with tables that use every
+#      function, updated in place by ALTER EXTENSION ... UPDATE, equal to a fresh install
+#   8. the benchmark at smoke size (scripts/bench.sh --smoke)
+#   9. the package test (tests/package): build the .deb (15) or tarball (18), install it as a user
+#      would, use it, remove it
 # Stops at the first failing stage. Ends with "N passed, N failed" over the stages. Whatever
 # happens, each PostgreSQL is left with the release build installed, never the test build
 # (which has the controllable test clock).
@@ -56,6 +61,7 @@ bench_smoke() { # installs the release build itself
 
 stage "format and lints" lint
 stage "unit and property tests (no PostgreSQL)" cargo test -p pg_shard_id_core
+stage "release files agree (versions, META.json, CHANGELOG.md, sql/)" python3 tests/release/check.py
 for version in $PG_VERSIONS; do
     select_pg "$version"
     ensure_setup
@@ -63,7 +69,9 @@ for version in $PG_VERSIONS; do
     stage "PostgreSQL $PG_MAJOR: installing the test build for the SQL-level suites" install_extension test
     stage "PostgreSQL $PG_MAJOR: pg_regress suite" bash scripts/regress.sh
     stage "PostgreSQL $PG_MAJOR: cluster tests" bash tests/cluster/run.sh
+    stage "PostgreSQL $PG_MAJOR: upgrade from every released version" bash tests/upgrade/run.sh
     stage "PostgreSQL $PG_MAJOR: benchmark smoke run (installs the release build again)" bench_smoke
+    stage "PostgreSQL $PG_MAJOR: package test (builds, installs and removes the package)" bash tests/package/run.sh
 done
 echo
 echo "stages: $stages_passed passed, 0 failed"

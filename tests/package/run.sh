@@ -1,0 +1,90 @@
+#!/usr/bin/env bash
+# Package test for the selected PostgreSQL (PG_MAJOR, default 15): builds the package with
+# scripts/package.sh, installs it the way a user would (apt-get install ./x.deb for Debian's
+# PostgreSQL, the tarball's INSTALL.txt steps for the relocatable one), starts a fresh cluster
+# from it, uses it, then removes it and checks that nothing is left behind. Leaves the release
+# build installed by cargo pgrx again at exit, whatever happens, so that the next stage and
+# scripts/try.sh find the extension where they expect it.
+# Ends with "N passed, M failed"; exits non-zero if any failed.
+source "$(dirname "$0")/../../scripts/lib.sh"
+
+VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)"
+PKGLIB="$("$PG_CONFIG" --pkglibdir)"
+EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
+DEB_NAME="postgresql-$PG_MAJOR-pg-shard-id"
+q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+installed_files() { ls "$PKGLIB"/pg_shard_id* "$EXT_DIR"/pg_shard_id* 2>/dev/null || true; }
+
+cleanup() {
+    for c in "${STARTED_CLUSTERS[@]}"; do stop_cluster "$c"; done
+    if [ "$PG_BIN" = "/usr/lib/postgresql/$PG_MAJOR/bin" ] && dpkg-query -W "$DEB_NAME" >/dev/null 2>&1; then
+        apt-get remove -y -qq "$DEB_NAME" >/dev/null 2>&1 || true
+    fi
+    install_extension release >/dev/null || echo "could not reinstall the release build" >&2
+}
+trap cleanup EXIT
+
+package="$(bash "$REPO/scripts/package.sh" "$PG_MAJOR" | tail -1)"
+say "testing $(basename "$package")"
+check "package: built" "$([ -s "$package" ] && echo yes)" yes
+# Start from nothing, so that only the package can provide the extension.
+rm -f "$PKGLIB"/pg_shard_id.so "$EXT_DIR"/pg_shard_id.control "$EXT_DIR"/pg_shard_id--*.sql
+
+if [[ "$package" == *.deb ]]; then
+    check "deb: Depends names the server and glibc" \
+        "$(dpkg-deb -f "$package" Depends | grep -c "^postgresql-$PG_MAJOR, libc6 (>= 2\.[0-9]*)$")" 1
+    check "deb: version" "$(dpkg-deb -f "$package" Version)" "$VERSION"
+    DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package" >"$RUN_DIR/apt.log" 2>&1 ||
+        cat "$RUN_DIR/apt.log"
+    check "deb: apt-get installs it" "$(dpkg-query -W -f='${Status} ${Version}' "$DEB_NAME")" \
+        "install ok installed $VERSION"
+    check "deb: dpkg owns the library, the control file, the install and upgrade scripts" \
+        "$(dpkg -L "$DEB_NAME" | grep -c -E "^($PKGLIB/pg_shard_id\.so|$EXT_DIR/pg_shard_id(\.control|--$VERSION\.sql|--0\.1\.0--$VERSION\.sql))$")" 4
+    check "deb: the license is the copyright file" \
+        "$(cmp -s "$REPO/LICENSE" "/usr/share/doc/$DEB_NAME/copyright" && echo same)" same
+else
+    tmp="$RUN_DIR/tarball"
+    rm -rf "$tmp" && mkdir -p "$tmp"
+    tar -C "$tmp" -xzf "$package"
+    dir="$(echo "$tmp"/pg_shard_id-*)"
+    check "tarball: INSTALL.txt, LICENSE and both folders" \
+        "$(ls "$dir" | tr '\n' ' ')" "CHANGELOG.md INSTALL.txt LICENSE README.md extension lib "
+    # the steps INSTALL.txt gives, run as written
+    (cd "$dir" && grep '^  cp ' INSTALL.txt | PATH="$PG_BIN:$PATH" bash -e)
+    check "tarball: the INSTALL.txt steps install every file" \
+        "$(installed_files | wc -l)" "$(find "$dir/lib" "$dir/extension" -type f | wc -l)"
+fi
+check "package: the library is a release build (no test clock in it)" \
+    "$(grep -c test_clock_offset_ms "$PKGLIB/pg_shard_id.so" || true)" 0
+
+start_cluster package yes
+q -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s" \
+  -c "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 7), n int)" \
+  -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 100000) g"
+check "package: CREATE EXTENSION makes the current version" \
+    "$(q -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'")" "$VERSION"
+check "package: the guard is the cluster-wide one" "$(q -c "SELECT guard FROM pg_shard_id_info()")" cluster
+check "package: 100,000 ids, all unique, all shard 7" \
+    "$(q -c "SELECT count(DISTINCT id) || ' ' || count(*) FILTER (WHERE shard_id_extract_shard(id) = 7) FROM t")" \
+    "100000 100000"
+check "package: the upgrade script from 0.1.0 is installed" \
+    "$([ -f "$EXT_DIR/pg_shard_id--0.1.0--$VERSION.sql" ] && echo yes)" yes
+check "package: only the current version is installable (no old install scripts)" \
+    "$(q -c "SELECT string_agg(version, ' ') FROM pg_available_extension_versions WHERE name = 'pg_shard_id'")" "$VERSION"
+check "package: the test-only setting is absent" \
+    "$(q -c "SELECT count(*) FROM pg_settings WHERE name LIKE 'pg_shard_id.test%'")" 0
+q -c "DROP EXTENSION pg_shard_id CASCADE" 2>/dev/null
+stop_cluster package
+
+if [[ "$package" == *.deb ]]; then
+    apt-get remove -y -qq "$DEB_NAME" >"$RUN_DIR/apt.log" 2>&1 || cat "$RUN_DIR/apt.log"
+    check "deb: apt-get remove removes it" \
+        "$(dpkg-query -W -f='${Status}' "$DEB_NAME" 2>/dev/null | grep -c ' installed$' || true)" 0
+else
+    rm -f "$PKGLIB"/pg_shard_id.so "$EXT_DIR"/pg_shard_id.control "$EXT_DIR"/pg_shard_id--*.sql
+fi
+check "package: no file is left behind" "$(installed_files | wc -l)" 0
+
+echo
+echo "package: $PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
