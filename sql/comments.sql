@@ -1,6 +1,8 @@
 -- One COMMENT per SQL function (\df+ and pgAdmin show them). A pg_test checks that none is missing.
 COMMENT ON FUNCTION next_shard_id(regclass, integer) IS
     'Next 64-bit id of a logical shard: ms since pg_shard_id.epoch | shard | nextval(seq) mod 1024; never repeats.';
+COMMENT ON FUNCTION next_shard_id(regclass) IS
+    'Next 64-bit id with this server''s node number as the shard (pg_shard_id.node, or the Citus group id): one DEFAULT for every node.';
 COMMENT ON FUNCTION shard_id_extract_timestamp(bigint) IS
     'The time an id was made, to the millisecond, by pg_shard_id.epoch.';
 COMMENT ON FUNCTION shard_id_extract_timestamp(bigint, timestamptz) IS

@@ -5,10 +5,17 @@
 --
 -- Nothing here drops or rewrites user data: tables, DEFAULTs, generated columns, indexes and views
 -- that use the extension's functions keep pointing at the same functions (same oids). Every change
--- is CREATE OR REPLACE or COMMENT, except pg_shard_id_info(), whose result gained two columns
+-- is CREATE (a new function), CREATE OR REPLACE or COMMENT, except pg_shard_id_info(), whose result gained two columns
 -- (a function's result type cannot be replaced): it is dropped and created again, so a user view
 -- over pg_shard_id_info() makes this update fail (2BP01) and has to be dropped and re-created
--- around it. scripts/upgrade_test.sh checks that the result equals a fresh 0.2.0 install.
+-- around it. tests/upgrade/run.sh checks that the result equals a fresh 0.2.0 install.
+
+-- next_shard_id(seq): the node number (pg_shard_id.node, or the Citus group id) as the shard.
+CREATE FUNCTION next_shard_id("seq" regclass) RETURNS bigint
+    VOLATILE STRICT PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_for_node_wrapper';
+COMMENT ON FUNCTION next_shard_id(regclass) IS
+    'Next 64-bit id with this server''s node number as the shard (pg_shard_id.node, or the Citus group id): one DEFAULT for every node.';
 
 -- pg_shard_id_info(): + guard_evictions, + lease_until.
 DROP FUNCTION pg_shard_id_info();

@@ -7,12 +7,21 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:39
+-- src/generate.rs:40
 -- pg_shard_id::generate::next_shard_id
 
 CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
     VOLATILE STRICT PARALLEL UNSAFE
     LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/generate.rs:73
+-- pg_shard_id::generate::next_shard_id_for_node
+
+CREATE FUNCTION next_shard_id("seq" regclass) RETURNS bigint
+    VOLATILE STRICT PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_for_node_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -34,7 +43,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:32
+-- src/lib.rs:33
 -- requires:
 --   info::pg_shard_id_info
 
@@ -231,11 +240,13 @@ AS 'MODULE_PATHNAME', 'shard_id_to_shortcode_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:38
+-- src/lib.rs:39
 -- finalize
 -- One COMMENT per SQL function (\df+ and pgAdmin show them). A pg_test checks that none is missing.
 COMMENT ON FUNCTION next_shard_id(regclass, integer) IS
     'Next 64-bit id of a logical shard: ms since pg_shard_id.epoch | shard | nextval(seq) mod 1024; never repeats.';
+COMMENT ON FUNCTION next_shard_id(regclass) IS
+    'Next 64-bit id with this server''s node number as the shard (pg_shard_id.node, or the Citus group id): one DEFAULT for every node.';
 COMMENT ON FUNCTION shard_id_extract_timestamp(bigint) IS
     'The time an id was made, to the millisecond, by pg_shard_id.epoch.';
 COMMENT ON FUNCTION shard_id_extract_timestamp(bigint, timestamptz) IS

@@ -1,6 +1,6 @@
 //! `next_shard_id`: the generator.
 
-use crate::{clock, errors, guard_table, settings};
+use crate::{clock, errors, guard_table, node, settings};
 use pg_shard_id_core::layout::{check_shard, compose, seq_field, IdParts};
 use pg_shard_id_core::slots::slot_key;
 use pgrx::prelude::*;
@@ -35,7 +35,8 @@ unsafe extern "C-unwind" {
 /// 2200H when it is exhausted, 25006 in a read-only transaction; 22008 when the clock is before
 /// the epoch or past the 2^40 ms horizon (or the lease file is); 55000 when the server was
 /// restarted with a later epoch than its ids were made with; 58030 when the lease file cannot be
-/// written.
+/// written; 0A000 in a database with Citus, where every node would issue the same shard number
+/// (use `next_shard_id(seq)` there).
 #[pg_extern(sql = r#"
 CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
     VOLATILE STRICT PARALLEL UNSAFE
@@ -44,6 +45,45 @@ CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
 fn next_shard_id(seq: pg_sys::Oid, shard: i32) -> i64 {
     let epoch = settings::epoch_unix_ms();
     let shard = check_shard(i64::from(shard)).unwrap_or_else(|e| errors::raise(e, epoch));
+    node::refuse_explicit_shard_on_citus();
+    issue(seq, shard, epoch)
+}
+
+/// Draws the next id of sequence `seq` with this server's node number in the shard field: the
+/// form for Citus, and for any setup where one DEFAULT runs on several servers.
+///
+/// ```sql
+/// next_shard_id(seq regclass) RETURNS bigint
+///     VOLATILE STRICT PARALLEL UNSAFE
+/// ```
+///
+/// The node number is `pg_shard_id.node` when set (postgresql.conf or `ALTER SYSTEM`; no session
+/// can change it), otherwise on Citus the node's group id (0 on the coordinator, 1, 2, ... on the
+/// workers). Ids from different nodes differ in the shard field; ids of one node are guarded like
+/// those of `next_shard_id(seq, shard)`.
+///
+/// ```sql
+/// CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_shard_id('photos_id_seq'),
+///                      user_id bigint NOT NULL);
+/// SELECT create_distributed_table('photos', 'user_id');   -- on Citus
+/// ```
+///
+/// Errors: 55000 when `pg_shard_id.node` is not set and the database has no Citus; 22003 when the
+/// Citus group id is not 0..8191; otherwise those of `next_shard_id(seq, shard)`.
+#[pg_extern(sql = r#"
+CREATE FUNCTION next_shard_id("seq" regclass) RETURNS bigint
+    VOLATILE STRICT PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_for_node_wrapper';
+"#)]
+fn next_shard_id_for_node(seq: pg_sys::Oid) -> i64 {
+    let epoch = settings::epoch_unix_ms();
+    let shard = node::node_shard();
+    issue(seq, shard, epoch)
+}
+
+/// `nextval(seq)`, the guard, the id: what both forms share. `shard` is checked.
+#[inline]
+fn issue(seq: pg_sys::Oid, shard: i64, epoch: i64) -> i64 {
     // SAFETY: PostgreSQL's own function with the declared signature; an ERROR inside it is
     // caught and re-raised by the boundary.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };

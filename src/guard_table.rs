@@ -69,7 +69,7 @@ fn remember_slot(key: SlotKey, index: usize) {
 }
 
 /// Whether the guard is cluster-wide (the library was preloaded).
-fn is_cluster() -> bool {
+pub fn is_cluster() -> bool {
     PRELOADED.load(Ordering::Relaxed)
 }
 

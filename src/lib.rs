@@ -12,6 +12,7 @@ mod errors;
 mod generate;
 mod guard_table;
 mod info;
+mod node;
 mod partition;
 mod routing;
 mod settings;

@@ -5,6 +5,7 @@
 //! | `pg_shard_id.epoch`           | server start (postgresql.conf)   | `2026-01-01 00:00:00+00` |
 //! | `pg_shard_id.overflow`        | superuser                        | `wait`                   |
 //! | `pg_shard_id.max_sequences`   | server start                     | `8192`                   |
+//! | `pg_shard_id.node`            | postgresql.conf, reload          | `-1` (not set)           |
 //!
 //! The epoch is a property of the whole installation, like Instagram's: no `SET`, `ALTER ROLE`,
 //! `ALTER DATABASE` or `PGOPTIONS` can change it. Loaded from `shared_preload_libraries` it is a
@@ -16,9 +17,13 @@
 //! `pg_shard_id.overflow` changes ids too, so it is `SUSET`: a superuser sets it in
 //! `postgresql.conf`, `ALTER SYSTEM` or `ALTER ROLE` (for example a role that does bulk loads with
 //! `borrow`); an ordinary user cannot.
+//!
+//! `pg_shard_id.node` is the shard field of `next_shard_id(seq)` (see `node`): what keeps one
+//! server's ids apart from another's, so it is `PGC_SIGHUP` (postgresql.conf or `ALTER SYSTEM`
+//! and a reload); no session, role or database can set it.
 
 use pg_shard_id_core::guard::{Overflow, MAX_LEAD_MS};
-use pg_shard_id_core::layout::SEQ_VALUES;
+use pg_shard_id_core::layout::{MAX_SHARD, SEQ_VALUES};
 use pg_shard_id_core::slots::SLOT_BYTES;
 use pg_shard_id_core::time::{
     parse_epoch, wall_clock_unix_ms, DEFAULT_EPOCH, DEFAULT_EPOCH_UNIX_MS,
@@ -42,6 +47,7 @@ static EPOCH_TEXT: GucSetting<Option<CString>> =
 static OVERFLOW: GucSetting<OverflowSetting> =
     GucSetting::<OverflowSetting>::new(OverflowSetting::Wait);
 static MAX_SEQUENCES: GucSetting<i32> = GucSetting::<i32>::new(8192);
+static NODE: GucSetting<i32> = GucSetting::<i32>::new(-1);
 
 /// Smallest and largest `pg_shard_id.max_sequences`.
 pub const MAX_SEQUENCES_RANGE: (i32, i32) = (16, 1 << 20);
@@ -74,6 +80,11 @@ pub fn overflow_name() -> &'static str {
         OverflowSetting::Wait => "wait",
         OverflowSetting::Borrow => "borrow",
     }
+}
+
+/// `pg_shard_id.node`: this server's node number, or -1 when it is not set.
+pub fn node() -> i64 {
+    i64::from(NODE.get())
 }
 
 /// Slots in the cluster-wide guard table (fixed at server start).
@@ -196,6 +207,19 @@ pub fn register() {
         )),
         &OVERFLOW,
         GucContext::Suset,
+        GucFlags::default(),
+    );
+    GucRegistry::define_int_guc(
+        c"pg_shard_id.node",
+        c"This server's node number, the shard field of next_shard_id(seq).",
+        leaked(format!(
+            "0 to {MAX_SHARD}, distinct on every server that writes ids of the same tables; -1: \
+             not set (on Citus the node's group id is used then)."
+        )),
+        &NODE,
+        -1,
+        MAX_SHARD as i32,
+        GucContext::Sighup,
         GucFlags::default(),
     );
     // Without preloading the per-session table uses the default.

@@ -143,6 +143,7 @@ mod tests {
         );
         let expected = [
             "next_shard_id(regclass,integer):vus",
+            "next_shard_id(regclass):vus",
             "pg_shard_id_info():vrs",
             "shard_id_compose(timestamp with time zone,integer,integer):sss",
             "shard_id_compose(timestamp with time zone,integer,integer,timestamp with time zone):iss",
@@ -167,6 +168,39 @@ mod tests {
             labels.split(" | ").count(),
             expected.len(),
             "a function without an expected label: {labels}"
+        );
+    }
+
+    #[pg_test]
+    fn the_node_form_needs_a_node_number_that_no_session_can_set() {
+        run("CREATE SEQUENCE ns; CREATE TABLE nt (id bigint DEFAULT next_shard_id('ns'))");
+        // not set, no Citus: refused, and nothing drawn from the sequence
+        assert_eq!(sqlstate_of("INSERT INTO nt DEFAULT VALUES"), "55000");
+        assert_eq!(one::<i64>("SELECT count(*) FROM nt"), 0);
+        assert!(!one::<bool>("SELECT is_called FROM ns"));
+        assert_eq!(sqlstate_of("SET pg_shard_id.node = 5"), "55P02");
+        assert_eq!(
+            sqlstate_of("SELECT set_config('pg_shard_id.node', '5', true)"),
+            "55P02"
+        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM nt"), 0);
+    }
+
+    #[pg_test]
+    fn the_node_form_takes_the_citus_group_id() {
+        // a stand-in for Citus's catalog table (tests/citus runs the real thing)
+        run("SET LOCAL allow_system_table_mods = on; \
+             CREATE TABLE pg_catalog.pg_dist_local_group (groupid int); \
+             INSERT INTO pg_catalog.pg_dist_local_group VALUES (3); \
+             CREATE SEQUENCE gs");
+        assert_eq!(
+            one::<i32>("SELECT shard_id_extract_shard(next_shard_id('gs'))"),
+            3
+        );
+        assert_eq!(
+            one::<i32>("SELECT shard_id_extract_seq(next_shard_id('gs'))"),
+            2,
+            "the same sequence path as the two-argument form"
         );
     }
 
