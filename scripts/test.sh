@@ -11,6 +11,8 @@
 #      3 clusters with a shard move
 #   7. the upgrade test (tests/upgrade): every released version, with tables that use every
 #      function, updated in place by ALTER EXTENSION ... UPDATE, equal to a fresh install
+#      (15 only) the Citus suite (tests/citus): one DEFAULT next_shard_id(seq) on a coordinator
+#      and 3 workers, ids through every path where Citus evaluates it, none repeated
 #   8. the benchmark at smoke size (scripts/bench.sh --smoke)
 #   9. the package test (tests/package): build the .deb (15) or tarball (18), install it as a user
 #      would, use it, remove it
@@ -70,6 +72,9 @@ for version in $PG_VERSIONS; do
     stage "PostgreSQL $PG_MAJOR: pg_regress suite" bash scripts/regress.sh
     stage "PostgreSQL $PG_MAJOR: cluster tests" bash tests/cluster/run.sh
     stage "PostgreSQL $PG_MAJOR: upgrade from every released version" bash tests/upgrade/run.sh
+    if [ "$PG_MAJOR" = 15 ]; then # Citus 13.2 runs on PostgreSQL 15-17
+        stage "PostgreSQL $PG_MAJOR: Citus, a coordinator and 3 workers" bash tests/citus/run.sh
+    fi
     stage "PostgreSQL $PG_MAJOR: benchmark smoke run (installs the release build again)" bench_smoke
     stage "PostgreSQL $PG_MAJOR: package test (builds, installs and removes the package)" bash tests/package/run.sh
 done
