@@ -60,3 +60,11 @@ SELECT shard_id_extract_shard(id) AS shard, v FROM err_t;
 RESET ROLE;
 DROP OWNED BY regress_shard_id_nobody;
 DROP ROLE regress_shard_id_nobody;
+
+-- next_shard_id(seq) needs a node number: pg_shard_id.node (server configuration only) or Citus
+SELECT last_value, is_called FROM err_seq;
+SELECT next_shard_id('err_seq');
+SET pg_shard_id.node = 3;
+SELECT set_config('pg_shard_id.node', '3', false);
+SHOW pg_shard_id.node;
+SELECT last_value, is_called FROM err_seq;
