@@ -84,6 +84,9 @@ say "one DEFAULT for every node: next_shard_id('photos_id_seq')"
 on coord -c "CREATE SEQUENCE photos_id_seq" \
     -c "CREATE TABLE photos (id bigint NOT NULL DEFAULT next_shard_id('photos_id_seq'), user_id bigint NOT NULL, n int, via text)" \
     -c "SELECT create_distributed_table('photos', 'user_id')" \
+    -c "CREATE SEQUENCE comments_id_seq" \
+    -c "CREATE TABLE comments (id bigint NOT NULL DEFAULT next_shard_id('comments_id_seq'), user_id bigint NOT NULL, photo_id bigint)" \
+    -c "SELECT create_distributed_table('comments', 'user_id', colocate_with => 'photos')" \
     -c "CREATE SEQUENCE ref_id_seq" \
     -c "CREATE TABLE tags (id bigint PRIMARY KEY DEFAULT next_shard_id('ref_id_seq'), via text)" \
     -c "SELECT create_reference_table('tags')" >/dev/null
@@ -137,6 +140,12 @@ check "colocated INSERT ... SELECT made its ids on the workers (shards 1 and 2)"
 # pulled rows are copied to the shards without an id, so the workers fill the DEFAULT there too
 check "INSERT ... SELECT with LIMIT: the workers that hold the shards made the ids" \
     "$(on coord -c "SELECT string_agg(DISTINCT shard_id_extract_shard(id)::text, ' ') FROM photos WHERE via = 'pull'")" "1 2"
+on coord -c "INSERT INTO comments (user_id, photo_id) SELECT user_id, id FROM photos WHERE via <> 'colocated'"
+check "a colocated table: INSERT INTO comments SELECT ... FROM photos, ids made on the workers" \
+    "$(on coord -c "SELECT string_agg(DISTINCT shard_id_extract_shard(id)::text, ' ') FROM comments")" "1 2"
+check "a colocated table: every comment points at its photo" \
+    "$(on coord -c "SELECT count(*) FROM comments c JOIN photos p ON p.user_id = c.user_id AND p.id = c.photo_id")" \
+    "$(on coord -c "SELECT count(*) FROM comments")"
 
 say "a node added later, and a rebalance"
 on coord -c "SELECT citus_add_node('127.0.0.1', ${PORT[w3]})" >/dev/null
@@ -169,6 +178,7 @@ echo "  $rows rows in photos, $(on coord -c "SELECT count(*) FROM tags") in the 
 check "at least $ROWS_TARGET rows" "$([ "$rows" -ge "$ROWS_TARGET" ] && echo yes)" yes
 check "duplicates across the whole distributed table" "$(dups photos id)" 0
 check "duplicates in the reference table" "$(dups tags id)" 0
+check "duplicates in the colocated table" "$(dups comments id)" 0
 
 say "a hostile session: an ordinary role on every node"
 on coord -c "CREATE ROLE mallory LOGIN" -c "GRANT ALL ON photos TO mallory" -c "GRANT USAGE ON SEQUENCE photos_id_seq TO mallory" >/dev/null
@@ -189,12 +199,19 @@ check "RETURNING with the IMMUTABLE decode (explicit epoch)" \
                     SELECT ts > now() - interval '1 minute' FROM i")" t
 check "RETURNING with the STABLE decode is Citus's error (0A000), not a wrong answer" \
     "$(err_on coord "INSERT INTO photos (user_id, via) VALUES (7, 'returning') RETURNING shard_id_extract_timestamp(id)")" 0A000
-check "GROUP BY the decoded minute, run on the workers" \
-    "$(on coord -c "SELECT sum(c) FROM (SELECT date_trunc('minute', shard_id_extract_timestamp(id, '$epoch')) m, count(*) c FROM photos GROUP BY 1) x")" \
-    "$(on coord -c "SELECT count(*) FROM photos")"
-check "a time range by id bounds" \
-    "$(on coord -c "SELECT count(*) FROM photos WHERE id >= shard_id_lower_bound(now() - interval '1 hour', '$epoch')")" \
-    "$(on coord -c "SELECT count(*) FROM photos")"
+total="$(on coord -c "SELECT count(*) FROM photos")"
+by_minute="SELECT date_trunc('minute', shard_id_extract_timestamp(id, '$epoch')) m, count(*) c FROM photos GROUP BY 1"
+check "GROUP BY the decoded minute" "$(on coord -c "SELECT sum(c) FROM ($by_minute) x")" "$total"
+check "... runs on the workers (the task EXPLAIN shows groups by the decoded minute)" \
+    "$(on coord -c "EXPLAIN (VERBOSE) $by_minute" | grep -c 'Query: SELECT .*shard_id_extract_timestamp(id,.*GROUP BY')" 1
+range="SELECT count(*) FROM photos WHERE id >= shard_id_lower_bound(now() - interval '1 hour', '$epoch')"
+check "a time range by id bounds" "$(on coord -c "$range")" "$total"
+check "... the bound goes to the workers with the query (the task EXPLAIN shows)" \
+    "$(on coord -c "EXPLAIN (VERBOSE) $range" | grep -c 'Query: SELECT .*WHERE (id OPERATOR(pg_catalog.>=)')" 1
+echo "  the range's worker query: $(on coord -c "EXPLAIN (VERBOSE) $range" | grep -o 'Query: SELECT .*' | head -1)"
+timed() { on coord -c '\timing on' -c "$1" | sed -n 's/^Time: \([0-9.]*\) ms.*/\1/p'; }
+echo "  over $total rows on 3 workers: GROUP BY the decoded minute $(timed "$by_minute" | tail -1) ms," \
+     "the last hour by id bound $(timed "$range") ms, count(*) $(timed "SELECT count(*) FROM photos") ms"
 
 echo
 echo "citus: $PASSED passed, $FAILED failed"
