@@ -30,6 +30,15 @@ select_pg "${PG_MAJOR:-15}"
 # Throwaway clusters live here, one folder each; override to keep them elsewhere.
 RUN_DIR="${PG_SHARD_ID_RUN_DIR:-/tmp/pg_shard_id}"
 
+# The extension's version, from Cargo.toml (the control file and packages take it from there).
+EXTENSION_VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)"
+
+# q PSQL-ARGS: psql, quiet, unaligned, stopping at the first error (the test suites' query helper).
+q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
+# error_of PSQL-ARGS: the first line of what the statements fail with, with the SQLSTATE ("" if
+# they succeed).
+error_of() { psql -X -q -At -v VERBOSITY=verbose "$@" 2>&1 >/dev/null | head -1 || true; }
+
 say() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
 
 # check NAME ACTUAL EXPECTED: one test assertion of the shell suites, counted in PASSED/FAILED.

@@ -15,7 +15,6 @@
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
 
-VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' Cargo.toml | head -1)"
 OUT="$REPO/target/packages"
 ARCH=amd64
 [ "$(uname -m)" = x86_64 ] || { echo "packages are built for x86_64 only" >&2; exit 2; }
@@ -44,7 +43,7 @@ build_deb() {
     gzip -9n "$stage/usr/share/doc/$name/CHANGELOG.md"
     cat >"$stage/DEBIAN/control" <<EOF
 Package: $name
-Version: $VERSION
+Version: $EXTENSION_VERSION
 Architecture: $ARCH
 Maintainer: the pg_shard_id developers <pg-shard-id@localhost>
 Depends: postgresql-$major, libc6 (>= $(glibc_needed "$lib"))
@@ -59,14 +58,14 @@ Description: time-ordered, shard-tagged 64-bit ids for PostgreSQL $major that ne
 EOF
     (cd "$stage" && find usr -type f -exec md5sum {} + | sort -k2) >"$stage/DEBIAN/md5sums"
     mkdir -p "$OUT"
-    local deb="$OUT/${name}_${VERSION}_$ARCH.deb"
+    local deb="$OUT/${name}_${EXTENSION_VERSION}_$ARCH.deb"
     dpkg-deb --root-owner-group -Zxz --build "$stage" "$deb" >/dev/null
     echo "$deb"
 }
 
 build_tarball() {
     local major="$1" stage="$RUN_DIR/package-$1"
-    local name="pg_shard_id-$VERSION-pg$major-linux-x86_64"
+    local name="pg_shard_id-$EXTENSION_VERSION-pg$major-linux-x86_64"
     package_tree "$major" "$stage"
     local tree="$RUN_DIR/$name"
     rm -rf "$tree"
@@ -76,7 +75,7 @@ build_tarball() {
     cp "$stage$("$PG_CONFIG" --sharedir)"/extension/pg_shard_id* "$tree/extension/"
     cp LICENSE README.md CHANGELOG.md "$tree/"
     cat >"$tree/INSTALL.txt" <<EOF
-pg_shard_id $VERSION for PostgreSQL $major (x86_64 Linux, glibc >= $(glibc_needed "$tree/lib/pg_shard_id.so"))
+pg_shard_id $EXTENSION_VERSION for PostgreSQL $major (x86_64 Linux, glibc >= $(glibc_needed "$tree/lib/pg_shard_id.so"))
 
   cp lib/pg_shard_id.so "\$(pg_config --pkglibdir)/"
   cp extension/* "\$(pg_config --sharedir)/extension/"
@@ -99,7 +98,7 @@ mkdir -p "$RUN_DIR"
 built=()
 for major in "${majors[@]}"; do
     select_pg "$major"
-    say "packaging pg_shard_id $VERSION for PostgreSQL $major"
+    say "packaging pg_shard_id $EXTENSION_VERSION for PostgreSQL $major"
     if [ "$PG_BIN" = "/usr/lib/postgresql/$major/bin" ]; then
         built+=("$(build_deb "$major")")
     else

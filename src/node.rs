@@ -1,7 +1,7 @@
 //! The node number: which server of a multi-server setup made an id, for `next_shard_id(seq)`.
 //!
 //! On Citus a column DEFAULT is evaluated on whichever node runs the insert (the coordinator, or a
-//! worker for pushed-down `INSERT ... SELECT`, MX inserts, `ALTER TABLE ... ADD COLUMN` backfills),
+//! worker for `INSERT ... SELECT`, MX inserts, `ALTER TABLE ... ADD COLUMN` backfills),
 //! each with its own copy of the sequence and its own guard. Ids from two nodes are only distinct
 //! if their shard fields differ, so the one-argument generator puts the *node* there:
 //!
@@ -25,6 +25,7 @@ use crate::errors;
 use pg_shard_id_core::layout::{check_shard, MAX_SHARD};
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU32, Ordering};
+use std::sync::OnceLock;
 
 /// The cached group id, or `UNKNOWN`. Backends are single-threaded; atomics keep it safe Rust.
 static GROUP_ID: AtomicI64 = AtomicI64::new(UNKNOWN);
@@ -101,19 +102,11 @@ pub fn refuse_explicit_shard_on_citus() {
 /// Whether the Citus library is loaded in this backend (it must be preloaded to work at all, so
 /// this cannot change while the backend lives; a `SET citus.x` placeholder only costs a lookup).
 fn citus_library_loaded() -> bool {
-    static LOADED: AtomicU32 = AtomicU32::new(0); // 0 unknown, 1 no, 2 yes
-    match LOADED.load(Ordering::Relaxed) {
-        1 => false,
-        2 => true,
-        _ => {
-            // SAFETY: a GUC lookup by a NUL-terminated name; missing_ok returns NULL.
-            let loaded = unsafe {
-                !pg_sys::GetConfigOption(c"citus.version".as_ptr(), true, false).is_null()
-            };
-            LOADED.store(if loaded { 2 } else { 1 }, Ordering::Relaxed);
-            loaded
-        }
-    }
+    static LOADED: OnceLock<bool> = OnceLock::new();
+    // SAFETY: a GUC lookup by a NUL-terminated name; missing_ok returns NULL.
+    *LOADED.get_or_init(|| unsafe {
+        !pg_sys::GetConfigOption(c"citus.version".as_ptr(), true, false).is_null()
+    })
 }
 
 /// `pg_catalog.pg_dist_local_group` in this database, if Citus is installed here.

@@ -56,15 +56,15 @@ node() {
         "max_worker_processes = 16" "citus.log_remote_commands = off"
     PORT[$1]="$PGPORT"
 }
-# on NAME psql-arguments: psql on one node, quiet, unaligned, stop on error
+# on NAME psql-arguments: q (scripts/lib.sh) on one node
 on() {
     local name="$1"; shift
-    psql -X -q -At -v ON_ERROR_STOP=1 -h "$RUN_DIR/$name" -p "${PORT[$name]}" -U postgres -d postgres "$@"
+    q -h "$RUN_DIR/$name" -p "${PORT[$name]}" -U postgres -d postgres "$@"
 }
-err_on() { # the SQLSTATE of a statement on a node ("" if it succeeds)
+err_on() { # the SQLSTATE of a statement on a node, as $ROLE ("" if it succeeds)
     local name="$1"; shift
-    psql -X -q -At -v VERBOSITY=verbose -h "$RUN_DIR/$name" -p "${PORT[$name]}" -U "${ROLE:-postgres}" -d postgres \
-        -c "$1" 2>&1 >/dev/null | grep -o 'ERROR:  [0-9A-Z]\{5\}' | head -1 | cut -c9- || true
+    error_of -h "$RUN_DIR/$name" -p "${PORT[$name]}" -U "${ROLE:-postgres}" -d postgres -c "$1" |
+        grep -o 'ERROR:  [0-9A-Z]\{5\}' | cut -c9- || true
 }
 dups() { on coord -c "SELECT count(*) - count(DISTINCT $2) FROM $1"; }
 

@@ -9,14 +9,11 @@ stop_clusters_at_exit
 SECONDS_CONCURRENT="${CONCURRENT_SECONDS:-20}"
 # how far ahead of the wall clock the crash and damaged-lease tests run their ids (the test clock)
 LEAD_MS=10000
-q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 dups() { q -c "SELECT count(*) - count(DISTINCT id) FROM $1"; }
 decreases() { # rows whose millisecond is below the previous row's, in the order of column $2
     q -c "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY $2) AS prev FROM $1) x
           WHERE shard_id_extract_timestamp(id) < shard_id_extract_timestamp(prev)"
 }
-# the SQLSTATE and message of a statement that should fail ("" if it succeeds)
-error_of() { psql -X -q -At -v VERBOSITY=verbose -c "$1" 2>&1 >/dev/null | head -1 || true; }
 lease_line() { as_pg cat "$PGHOST/data/pg_shard_id.lease" 2>/dev/null || true; }
 setup_db() {
     q -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" \
@@ -95,7 +92,7 @@ test_not_preloaded() {
         "$(psql -X -q -At -c "SET pg_shard_id.epoch = '2011-01-01 00:00:00+00'" \
              -c "SELECT epoch = '2026-01-01 00:00:00+00' FROM pg_shard_id_info()" 2>/dev/null)" t
     check "no preload: a SET after it loads fails (55P02)" \
-        "$(error_of "SELECT FROM pg_shard_id_info(); SET pg_shard_id.epoch = '2011-01-01 00:00:00+00'" | grep -o 55P02)" 55P02
+        "$(error_of -c "SELECT FROM pg_shard_id_info(); SET pg_shard_id.epoch = '2011-01-01 00:00:00+00'" | grep -o 55P02)" 55P02
     q -c "CREATE SEQUENCE s" -c "CREATE TABLE t (id bigint DEFAULT next_shard_id('s', 1), n bigserial)" \
       -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 1000000) g"
     check "no preload: duplicates in one session's 1,000,000 ids" "$(dups t)" 0
@@ -156,12 +153,12 @@ test_epoch_is_fixed_and_checked_at_start() {
     q -c "INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 10000)"
     check "epoch: the lease file records it" "$(lease_line | grep -o 'epoch [0-9]*')" "epoch 00000001767225600000"
     check "epoch: SET cannot change it (55P02)" \
-        "$(error_of "SET pg_shard_id.epoch = '2011-01-01 00:00:00+00'" | grep -o 55P02)" 55P02
+        "$(error_of -c "SET pg_shard_id.epoch = '2011-01-01 00:00:00+00'" | grep -o 55P02)" 55P02
     check "epoch: PGOPTIONS cannot change it" \
         "$(PGOPTIONS="-c pg_shard_id.epoch=2011-01-01T00:00:00Z" psql -X -q -At -c "SHOW pg_shard_id.epoch" 2>&1 | grep -c 'cannot be changed')" 1
 
     restart_cluster epoch "pg_shard_id.epoch = '2026-06-01 00:00:00+00'"
-    local err; err="$(error_of "SELECT next_shard_id('s', 1)")"
+    local err; err="$(error_of -c "SELECT next_shard_id('s', 1)")"
     echo "  $err"
     check "epoch: a later epoch at start is refused (55000)" "$(echo "$err" | grep -o 55000)" 55000
     check "epoch: ... naming both epochs" \
@@ -178,7 +175,7 @@ test_epoch_is_fixed_and_checked_at_start() {
     check "epoch: ... and is recorded" "$(lease_line | grep -o 'epoch [0-9]*')" "epoch 00000001735689600000"
     restart_cluster epoch "pg_shard_id.epoch = '2026-01-01 00:00:00+00'"
     check "epoch: going back to the first epoch is now a later one: refused" \
-        "$(error_of "SELECT next_shard_id('s', 1)" | grep -o 55000)" 55000
+        "$(error_of -c "SELECT next_shard_id('s', 1)" | grep -o 55000)" 55000
     check "epoch: duplicates" "$(dups t)" 0
     stop_cluster epoch
 }
@@ -267,7 +264,7 @@ test_damaged_lease() {
     as_pg "$PG_BIN/pg_ctl" -D "$RUN_DIR/lease/data" -m fast -w stop >/dev/null
     printf '%020d\n' 4102444800000 | as_pg tee "$lease" >/dev/null
     as_pg "$PG_BIN/pg_ctl" -D "$RUN_DIR/lease/data" -l "$RUN_DIR/lease/server.log" -w -t 60 start >/dev/null
-    local err; err="$(error_of "SELECT next_shard_id('s', 1)")"
+    local err; err="$(error_of -c "SELECT next_shard_id('s', 1)")"
     echo "  $err"
     check "lease in 2100: 22008 naming the lease file" "$(echo "$err" | grep -c '22008: pg_shard_id: the lease file')" 1
     check "lease in 2100: the server log warned at start" "$(grep -c 'WARNING:.*records ids up to 2100' "$RUN_DIR/lease/server.log")" 1

@@ -8,12 +8,11 @@
 # Ends with "N passed, M failed"; exits non-zero if any failed.
 source "$(dirname "$0")/../../scripts/lib.sh"
 
-VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)"
 PKGLIB="$("$PG_CONFIG" --pkglibdir)"
 EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
 DEB_NAME="postgresql-$PG_MAJOR-pg-shard-id"
-q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 installed_files() { ls "$PKGLIB"/pg_shard_id* "$EXT_DIR"/pg_shard_id* 2>/dev/null || true; }
+remove_installed_files() { rm -f "$PKGLIB"/pg_shard_id.so "$EXT_DIR"/pg_shard_id.control "$EXT_DIR"/pg_shard_id--*.sql; }
 
 cleanup() {
     for c in "${STARTED_CLUSTERS[@]}"; do stop_cluster "$c"; done
@@ -28,18 +27,18 @@ package="$(bash "$REPO/scripts/package.sh" "$PG_MAJOR" | tail -1)"
 say "testing $(basename "$package")"
 check "package: built" "$([ -s "$package" ] && echo yes)" yes
 # Start from nothing, so that only the package can provide the extension.
-rm -f "$PKGLIB"/pg_shard_id.so "$EXT_DIR"/pg_shard_id.control "$EXT_DIR"/pg_shard_id--*.sql
+remove_installed_files
 
 if [[ "$package" == *.deb ]]; then
     check "deb: Depends names the server and glibc" \
         "$(dpkg-deb -f "$package" Depends | grep -c "^postgresql-$PG_MAJOR, libc6 (>= 2\.[0-9]*)$")" 1
-    check "deb: version" "$(dpkg-deb -f "$package" Version)" "$VERSION"
+    check "deb: version" "$(dpkg-deb -f "$package" Version)" "$EXTENSION_VERSION"
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$package" >"$RUN_DIR/apt.log" 2>&1 ||
         cat "$RUN_DIR/apt.log"
     check "deb: apt-get installs it" "$(dpkg-query -W -f='${Status} ${Version}' "$DEB_NAME")" \
-        "install ok installed $VERSION"
+        "install ok installed $EXTENSION_VERSION"
     check "deb: dpkg owns the library, the control file, the install and upgrade scripts" \
-        "$(dpkg -L "$DEB_NAME" | grep -c -E "^($PKGLIB/pg_shard_id\.so|$EXT_DIR/pg_shard_id(\.control|--$VERSION\.sql|--0\.1\.0--$VERSION\.sql))$")" 4
+        "$(dpkg -L "$DEB_NAME" | grep -c -E "^($PKGLIB/pg_shard_id\.so|$EXT_DIR/pg_shard_id(\.control|--$EXTENSION_VERSION\.sql|--0\.1\.0--$EXTENSION_VERSION\.sql))$")" 4
     check "deb: the license is the copyright file" \
         "$(cmp -s "$REPO/LICENSE" "/usr/share/doc/$DEB_NAME/copyright" && echo same)" same
 else
@@ -62,15 +61,15 @@ q -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s" \
   -c "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 7), n int)" \
   -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 100000) g"
 check "package: CREATE EXTENSION makes the current version" \
-    "$(q -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'")" "$VERSION"
+    "$(q -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'")" "$EXTENSION_VERSION"
 check "package: the guard is the cluster-wide one" "$(q -c "SELECT guard FROM pg_shard_id_info()")" cluster
 check "package: 100,000 ids, all unique, all shard 7" \
     "$(q -c "SELECT count(DISTINCT id) || ' ' || count(*) FILTER (WHERE shard_id_extract_shard(id) = 7) FROM t")" \
     "100000 100000"
 check "package: the upgrade script from 0.1.0 is installed" \
-    "$([ -f "$EXT_DIR/pg_shard_id--0.1.0--$VERSION.sql" ] && echo yes)" yes
+    "$([ -f "$EXT_DIR/pg_shard_id--0.1.0--$EXTENSION_VERSION.sql" ] && echo yes)" yes
 check "package: only the current version is installable (no old install scripts)" \
-    "$(q -c "SELECT string_agg(version, ' ') FROM pg_available_extension_versions WHERE name = 'pg_shard_id'")" "$VERSION"
+    "$(q -c "SELECT string_agg(version, ' ') FROM pg_available_extension_versions WHERE name = 'pg_shard_id'")" "$EXTENSION_VERSION"
 check "package: the test-only setting is absent" \
     "$(q -c "SELECT count(*) FROM pg_settings WHERE name LIKE 'pg_shard_id.test%'")" 0
 q -c "DROP EXTENSION pg_shard_id CASCADE" 2>/dev/null
@@ -81,7 +80,7 @@ if [[ "$package" == *.deb ]]; then
     check "deb: apt-get remove removes it" \
         "$(dpkg-query -W -f='${Status}' "$DEB_NAME" 2>/dev/null | grep -c ' installed$' || true)" 0
 else
-    rm -f "$PKGLIB"/pg_shard_id.so "$EXT_DIR"/pg_shard_id.control "$EXT_DIR"/pg_shard_id--*.sql
+    remove_installed_files
 fi
 check "package: no file is left behind" "$(installed_files | wc -l)" 0
 

@@ -13,10 +13,7 @@
 # Needs the current build installed (scripts/test.sh does that). Ends with "N passed, M failed".
 source "$(dirname "$0")/../../scripts/lib.sh"
 
-VERSION="$(sed -n 's/^version = "\(.*\)"/\1/p' "$REPO/Cargo.toml" | head -1)"
 EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
-q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
-error_of() { psql -X -q -At -v VERBOSITY=verbose "$@" 2>&1 >/dev/null | head -1 || true; }
 
 # The released versions before the current one, oldest first; their install scripts go into the
 # server's extension folder for this test only (packages ship the current version's script and
@@ -26,7 +23,7 @@ copied=()
 for f in "$REPO"/sql/pg_shard_id--*.sql; do
     v="$(basename "$f" .sql)"
     v="${v#pg_shard_id--}"
-    [[ "$v" == *--* || "$v" == "$VERSION" ]] && continue
+    [[ "$v" == *--* || "$v" == "$EXTENSION_VERSION" ]] && continue
     old_versions+=("$v")
 done
 mapfile -t old_versions < <(printf '%s\n' "${old_versions[@]}" | sort -V)
@@ -125,38 +122,38 @@ EVERY_FUNCTION="SELECT count(*) FROM (
            (SELECT count(*) FROM shard_id_partition_bounds(now(), now() + interval '2 days', interval '1 day')),
            (SELECT guard FROM pg_shard_id_info())) x"
 
-say "PostgreSQL $PG_MAJOR: upgrade test, released versions ${old_versions[*]:-(none)} -> $VERSION"
+say "PostgreSQL $PG_MAJOR: upgrade test, released versions ${old_versions[*]:-(none)} -> $EXTENSION_VERSION"
 start_cluster upgrade yes "fsync = off"
 
 q -c "CREATE DATABASE fresh" -c "CREATE DATABASE released"
 q -d fresh -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id"
-check "fresh install: version $VERSION" "$(q -d fresh -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'")" "$VERSION"
+check "fresh install: version $EXTENSION_VERSION" "$(q -d fresh -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'")" "$EXTENSION_VERSION"
 fresh_functions="$(functions fresh)"
 fresh_members="$(members fresh)"
 check "fresh install: functions found" "$([ "$(echo "$fresh_functions" | grep -c '^CREATE OR REPLACE FUNCTION')" -ge 15 ] && echo yes)" yes
 
 # The committed install script of this version, run as plain SQL, makes the same functions.
-if [ -f "$REPO/sql/pg_shard_id--$VERSION.sql" ]; then
-    sed -e "s/MODULE_PATHNAME/pg_shard_id/g" -e "s/@extschema@/public/g" "$REPO/sql/pg_shard_id--$VERSION.sql" |
+if [ -f "$REPO/sql/pg_shard_id--$EXTENSION_VERSION.sql" ]; then
+    sed -e "s/MODULE_PATHNAME/pg_shard_id/g" -e "s/@extschema@/public/g" "$REPO/sql/pg_shard_id--$EXTENSION_VERSION.sql" |
         q -d released -c "SET client_min_messages = warning" -f - >/dev/null
     if [ "$(functions released)" = "$fresh_functions" ]; then
-        check "sql/pg_shard_id--$VERSION.sql is the install script this build generates" same same
+        check "sql/pg_shard_id--$EXTENSION_VERSION.sql is the install script this build generates" same same
     else
         diff <(functions released) <(echo "$fresh_functions") | head -40 | sed 's/^/    /' || true
         echo "  The SQL changed: bump the version in Cargo.toml, commit the generated script as"
-        echo "  sql/pg_shard_id--NEW.sql (cargo pgrx schema pg15 --out ...) and write sql/pg_shard_id--$VERSION--NEW.sql."
-        check "sql/pg_shard_id--$VERSION.sql is the install script this build generates" differs same
+        echo "  sql/pg_shard_id--NEW.sql (cargo pgrx schema pg15 --out ...) and write sql/pg_shard_id--$EXTENSION_VERSION--NEW.sql."
+        check "sql/pg_shard_id--$EXTENSION_VERSION.sql is the install script this build generates" differs same
     fi
 else
-    check "sql/pg_shard_id--$VERSION.sql is committed (the released install script)" missing present
+    check "sql/pg_shard_id--$EXTENSION_VERSION.sql is committed (the released install script)" missing present
 fi
 
 for old in "${old_versions[@]}"; do
     db="from_${old//./_}"
-    say "$old -> $VERSION"
+    say "$old -> $EXTENSION_VERSION"
     q -c "CREATE DATABASE $db"
-    check "$old: an update path to $VERSION" "$(q -d "$db" -c "SELECT count(*) FROM pg_extension_update_paths('pg_shard_id')
-                                                   WHERE source = '$old' AND target = '$VERSION' AND path IS NOT NULL")" 1
+    check "$old: an update path to $EXTENSION_VERSION" "$(q -d "$db" -c "SELECT count(*) FROM pg_extension_update_paths('pg_shard_id')
+                                                   WHERE source = '$old' AND target = '$EXTENSION_VERSION' AND path IS NOT NULL")" 1
     q -d "$db" -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id VERSION '$old'"
     q -d "$db" -c "$USER_SCHEMA" >/dev/null
     # the state between installing the new library (and restarting) and ALTER EXTENSION UPDATE:
@@ -165,7 +162,7 @@ for old in "${old_versions[@]}"; do
     before="$(user_objects "$db")"
     max_before="$(q -d "$db" -c "SELECT max(id) FROM photos")"
     q -d "$db" -c "ALTER EXTENSION pg_shard_id UPDATE"
-    check "$old: updated to $VERSION" "$(q -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'")" "$VERSION"
+    check "$old: updated to $EXTENSION_VERSION" "$(q -d "$db" -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'")" "$EXTENSION_VERSION"
     after="$(user_objects "$db")"
     if [ "$after" = "$before" ]; then
         check "$old: tables, files, defaults, indexes, views and rows unchanged by the update" same same
@@ -174,10 +171,10 @@ for old in "${old_versions[@]}"; do
         check "$old: tables, files, defaults, indexes, views and rows unchanged by the update" changed same
     fi
     if [ "$(functions "$db")" = "$fresh_functions" ]; then
-        check "$old: functions after the update = a fresh $VERSION install" same same
+        check "$old: functions after the update = a fresh $EXTENSION_VERSION install" same same
     else
         diff <(functions "$db") <(echo "$fresh_functions") | head -40 | sed 's/^/    /' || true
-        check "$old: functions after the update = a fresh $VERSION install" differs same
+        check "$old: functions after the update = a fresh $EXTENSION_VERSION install" differs same
     fi
     if [ "$(members "$db")" = "$fresh_members" ]; then
         check "$old: extension members after the update = a fresh install's" "$(echo "$fresh_members" | wc -l) members" "$(echo "$fresh_members" | wc -l) members"
