@@ -69,7 +69,7 @@ err_on() { # the SQLSTATE of a statement on a node, as $ROLE ("" if it succeeds)
 dups() { on coord -c "SELECT count(*) - count(DISTINCT $2) FROM $1"; }
 
 ensure_citus || { echo; echo "citus: 0 passed, 1 failed"; exit 1; }
-say "a coordinator and 2 workers (PostgreSQL $PG_MAJOR, Citus $(sed -n "s/^default_version = '\(.*\)'/\1/p" "$("$PG_CONFIG" --sharedir)/extension/citus.control"))"
+say "a coordinator and 2 workers, a third one joins later (PostgreSQL $PG_MAJOR, Citus $(sed -n "s/^default_version = '\(.*\)'/\1/p" "$("$PG_CONFIG" --sharedir)/extension/citus.control"))"
 for n in coord w1 w2 w3; do node "$n"; done
 for n in coord w1 w2 w3; do on "$n" -c "SET client_min_messages = warning" -c "CREATE EXTENSION citus"; done
 on coord -c "SELECT citus_set_coordinator_host('127.0.0.1', ${PORT[coord]})" >/dev/null
