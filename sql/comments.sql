@@ -35,3 +35,7 @@ COMMENT ON FUNCTION shard_id_partition_bounds(timestamptz, timestamptz, interval
     'Contiguous (lower, upper) id ranges per time step, for PARTITION BY RANGE (id).';
 COMMENT ON FUNCTION pg_shard_id_info() IS
     'The epoch, overflow policy, guard mode, guard table use and lease in force.';
+COMMENT ON FUNCTION shard_id_adopt(regclass, name, integer) IS
+    'Switches a serial, bigserial, identity or DEFAULT nextval(...) column to DEFAULT next_shard_id(its sequence, shard); returns the new default.';
+COMMENT ON FUNCTION shard_id_to_jsonb(anyelement) IS
+    'to_jsonb(value) with every bigint and bigint[] as JSON strings, so ids survive JavaScript and JSON.parse.';

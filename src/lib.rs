@@ -6,12 +6,14 @@
 
 use pgrx::prelude::*;
 
+mod adopt;
 mod clock;
 mod decode;
 mod errors;
 mod generate;
 mod guard_table;
 mod info;
+mod json;
 mod node;
 mod partition;
 mod routing;

@@ -25,6 +25,11 @@ SELECT ext_renamed.shard_id_shard_for(31341, 2000) AS int_key,
        ext_renamed.shard_id_shard_for('alice@example.com', 2000) AS text_key,
        ext_renamed.shard_id_from_shortcode(ext_renamed.shard_id_to_shortcode(42)) AS shortcode_round_trip;
 SELECT guard FROM ext_renamed.pg_shard_id_info();
+SELECT ext_renamed.shard_id_to_jsonb(t) ->> 'v' AS v, jsonb_typeof(ext_renamed.shard_id_to_jsonb(t) -> 'id') AS id_type
+  FROM t ORDER BY id LIMIT 1;
+CREATE TABLE old (id bigserial PRIMARY KEY);
+SELECT ext_renamed.shard_id_adopt('old', 'id', 4);
+INSERT INTO old DEFAULT VALUES RETURNING ext_renamed.shard_id_extract_shard(id) AS shard;
 
 \c pg_shard_id_regress
 DROP DATABASE regress_shard_id_rename;
