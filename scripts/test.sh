@@ -8,13 +8,15 @@
 #   5. the pg_regress suite (tests/pg_regress), what a user sees in psql
 #   6. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL,
 #      the epoch across restarts, a hostile role churning the guard table, damaged lease files,
-#      3 clusters with a shard move
+#      3 clusters with a shard move, shard_id_adopt under load and through pg_dump/pg_restore
 #   7. the upgrade test (tests/upgrade): every released version, with tables that use every
 #      function, updated in place by ALTER EXTENSION ... UPDATE, equal to a fresh install
+#   8. the client tests (tests/clients): node-postgres, psycopg 3, SQLAlchemy 2 + Alembic, Django
+#      (pinned from npm and PyPI), as the README's JavaScript/JSON and ORM recipes say
 #      (15 only) the Citus suite (tests/citus): one DEFAULT next_shard_id(seq) on a coordinator
 #      and 3 workers, ids through every path where Citus evaluates it, none repeated
-#   8. the benchmark at smoke size (scripts/bench.sh --smoke)
-#   9. the package test (tests/package): build the .deb (15) or tarball (18), install it as a user
+#   9. the benchmark at smoke size (scripts/bench.sh --smoke)
+#  10. the package test (tests/package): build the .deb (15) or tarball (18), install it as a user
 #      would, use it, remove it
 # Stops at the first failing stage. Ends with "N passed, N failed" over the stages. Whatever
 # happens, each PostgreSQL is left with the release build installed, never the test build
@@ -72,6 +74,7 @@ for version in $PG_VERSIONS; do
     stage "PostgreSQL $PG_MAJOR: pg_regress suite" bash scripts/regress.sh
     stage "PostgreSQL $PG_MAJOR: cluster tests" bash tests/cluster/run.sh
     stage "PostgreSQL $PG_MAJOR: upgrade from every released version" bash tests/upgrade/run.sh
+    stage "PostgreSQL $PG_MAJOR: client drivers and ORMs (node-postgres, psycopg, SQLAlchemy, Alembic, Django)" bash tests/clients/run.sh
     if [ "$PG_MAJOR" = 15 ]; then # Citus 13.2 runs on PostgreSQL 15-17
         stage "PostgreSQL $PG_MAJOR: Citus, a coordinator and 3 workers" bash tests/citus/run.sh
     fi

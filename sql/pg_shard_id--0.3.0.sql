@@ -425,7 +425,7 @@ CREATE FUNCTION shard_id_shard_for("key" text, "shard_count" integer) RETURNS in
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/json.rs:68
+-- src/json.rs:72
 -- pg_shard_id::json::shard_id_to_jsonb
 
 CREATE FUNCTION shard_id_to_jsonb("value" anyelement) RETURNS jsonb

@@ -11,8 +11,8 @@
 //! the result back. The bigint fields are found from the row's type, which for an anonymous row
 //! (`SELECT shard_id_to_jsonb(t) FROM (SELECT ...) t`) only the type cache knows.
 
-use pgrx::prelude::*;
 use pg_shard_id_core::json;
+use pgrx::prelude::*;
 use pgrx::PgTupleDesc;
 use std::ffi::{CStr, CString};
 
@@ -37,7 +37,8 @@ fn bigint_fields(value: &pgrx::AnyElement) -> Vec<Vec<u8>> {
     // rows in the type cache). lookup_rowtype_tupdesc returns a reference-counted descriptor that
     // PgTupleDesc::from_pg releases when it is dropped.
     let tupdesc = unsafe {
-        let header = pg_sys::pg_detoast_datum(value.datum().cast_mut_ptr()) as pg_sys::HeapTupleHeader;
+        let header =
+            pg_sys::pg_detoast_datum(value.datum().cast_mut_ptr()) as pg_sys::HeapTupleHeader;
         let fields = (*header).t_choice.t_datum;
         PgTupleDesc::from_pg(pg_sys::lookup_rowtype_tupdesc(
             fields.datum_typeid,
@@ -47,8 +48,11 @@ fn bigint_fields(value: &pgrx::AnyElement) -> Vec<Vec<u8>> {
     tupdesc
         .iter()
         .filter(|att| !att.attisdropped && is_bigint_or_bigint_array(att.atttypid))
-        // SAFETY: attname is a NUL-terminated NameData, in the server encoding.
-        .map(|att| unsafe { CStr::from_ptr(att.attname.data.as_ptr()) }.to_bytes().to_vec())
+        .map(|att| {
+            // SAFETY: attname is a NUL-terminated NameData, in the server encoding.
+            let name = unsafe { CStr::from_ptr(att.attname.data.as_ptr()) };
+            name.to_bytes().to_vec()
+        })
         .collect()
 }
 
@@ -79,8 +83,8 @@ fn shard_id_to_jsonb(
     // to_jsonb converts it exactly as `to_jsonb(value)` in SQL would.
     let jsonb = unsafe { pg_sys::to_jsonb(fcinfo) };
     // SAFETY: jsonb_out of a jsonb datum returns a palloc'd C string.
-    let text: &CStr =
-        unsafe { pgrx::direct_function_call(pg_sys::jsonb_out, &[Some(jsonb)]) }.expect("jsonb_out");
+    let text: &CStr = unsafe { pgrx::direct_function_call(pg_sys::jsonb_out, &[Some(jsonb)]) }
+        .expect("jsonb_out");
     let text = text.to_bytes(); // in the server encoding
     let quoted = if is_bigint_or_bigint_array(value.oid()) {
         json::quote_integers(text)

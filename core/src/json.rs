@@ -145,7 +145,7 @@ pub fn quote_fields<F: AsRef<[u8]>>(object: &[u8], fields: &[F]) -> Vec<u8> {
 
 #[cfg(test)]
 mod tests {
-        use proptest::prelude::*;
+    use proptest::prelude::*;
 
     fn names(n: &[&str]) -> Vec<String> {
         n.iter().map(|s| (*s).to_owned()).collect()
@@ -162,13 +162,17 @@ mod tests {
         assert_eq!(quote_integers("9007199254740993"), "\"9007199254740993\"");
         assert_eq!(quote_integers("-5"), "\"-5\"");
         assert_eq!(quote_integers("null"), "null");
-        assert_eq!(quote_integers("[1, -2, null, [3]]"), "[\"1\", \"-2\", null, [\"3\"]]");
+        assert_eq!(
+            quote_integers("[1, -2, null, [3]]"),
+            "[\"1\", \"-2\", null, [\"3\"]]"
+        );
         assert_eq!(quote_integers("[]"), "[]");
     }
 
     #[test]
     fn only_the_named_fields_change() {
-        let json = r#"{"n": 1.50, "id": 1234567890123456789, "ids": [1, 2], "url": "a,b}\"id\": 3"}"#;
+        let json =
+            r#"{"n": 1.50, "id": 1234567890123456789, "ids": [1, 2], "url": "a,b}\"id\": 3"}"#;
         assert_eq!(
             quote_fields(json, &names(&["id", "ids"])),
             r#"{"n": 1.50, "id": "1234567890123456789", "ids": ["1", "2"], "url": "a,b}\"id\": 3"}"#
@@ -197,10 +201,16 @@ mod tests {
     #[test]
     fn no_fields_or_no_object_leaves_the_text_alone() {
         assert_eq!(quote_fields(r#"{"id": 1}"#, &[]), r#"{"id": 1}"#);
-        assert_eq!(super::quote_fields(b"{\"\xe9\": 1}", &[b"\xe9"]), b"{\"\xe9\": \"1\"}");
+        assert_eq!(
+            super::quote_fields(b"{\"\xe9\": 1}", &[b"\xe9"]),
+            b"{\"\xe9\": \"1\"}"
+        );
         assert_eq!(quote_fields("[1, 2]", &names(&["id"])), "[1, 2]");
         assert_eq!(quote_fields("{}", &names(&["id"])), "{}");
-        assert_eq!(quote_fields(r#"{"id": null}"#, &names(&["id"])), r#"{"id": null}"#);
+        assert_eq!(
+            quote_fields(r#"{"id": null}"#, &names(&["id"])),
+            r#"{"id": null}"#
+        );
     }
 
     proptest! {

@@ -281,9 +281,61 @@ test_many_shards() {
     fi
 }
 
+test_adopt_under_load() {
+    say "shard_id_adopt while 2 sessions insert (prepared statements), then pg_dump/pg_restore"
+    start_cluster adopt yes "fsync = off"
+    q -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" \
+      -c "CREATE TABLE legacy (id bigserial PRIMARY KEY, n int, seqno bigserial)" \
+      -c "CREATE TABLE legacy_child (legacy_id bigint REFERENCES legacy)" \
+      -c "CREATE TABLE legacy_identity (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, n int)" \
+      -c "INSERT INTO legacy (n) SELECT 0 FROM generate_series(1, 50000)" \
+      -c "INSERT INTO legacy_child SELECT id FROM legacy WHERE id % 10 = 0" \
+      -c "INSERT INTO legacy_identity (n) SELECT 0 FROM generate_series(1, 1000)"
+    echo "INSERT INTO legacy (n) VALUES (1);" >"$PGHOST/legacy.sql"
+    # prepared statements are planned with the old DEFAULT and must switch to the new one
+    pgbench -n -M prepared -c 2 -j 2 -T 6 -f "$PGHOST/legacy.sql" >"$PGHOST/pgbench.log" 2>&1 &
+    local bench=$!
+    sleep 2
+    local adopted; adopted="$(q -c "SELECT shard_id_adopt('legacy', 'id', 9)")"
+    q -c "SELECT shard_id_adopt('legacy_identity', 'id', 9)" >/dev/null
+    wait "$bench"
+    local rows; rows="$(q -c "SELECT count(*) FILTER (WHERE n = 1) FROM legacy")"
+    local new; new="$(q -c "SELECT count(*) FROM legacy WHERE id > 50000 AND shard_id_extract_shard(id) = 9 AND id > 2^40")"
+    echo "  $adopted; $rows rows inserted during the run, $new of them with shard ids"
+    check "adopt: pgbench inserted before and after, no failed transaction" \
+        "$(grep -c 'number of failed transactions: 0' "$PGHOST/pgbench.log")" 1
+    check "adopt: rows with shard ids after adoption" "$([ "$new" -gt 1000 ] && echo yes)" yes
+    check "adopt: every insert after the first shard id got one (prepared plans switched)" \
+        "$(q -c "SELECT max(seqno) FILTER (WHERE id < 2^40) < min(seqno) FILTER (WHERE id >= 2^40) FROM legacy")" t
+    check "adopt: duplicates" "$(dups legacy)" 0
+    check "adopt: rows from before are all there" "$(q -c "SELECT count(*) FROM legacy WHERE n = 0")" 50000
+    check "adopt: an explicit old-style id is still accepted" \
+        "$(q -c "INSERT INTO legacy (id, n) VALUES (60000000, 2) RETURNING id")" 60000000
+    check "adopt: the identity table issues shard ids" \
+        "$(q -c "INSERT INTO legacy_identity (n) VALUES (1) RETURNING shard_id_extract_shard(id) = 9 AND id > 2^40")" t
+
+    local before after
+    before="$(q -c "SELECT md5(string_agg(id::text || ',' || n, ';' ORDER BY id)) FROM legacy")"
+    "$PG_BIN/pg_dump" -Fc -f "$PGHOST/adopt.dump" postgres
+    q -c "CREATE DATABASE restored"
+    "$PG_BIN/pg_restore" -d restored "$PGHOST/adopt.dump" 2>"$PGHOST/restore.log"
+    check "adopt: pg_restore without errors" "$(wc -c <"$PGHOST/restore.log")" 0
+    after="$(q -d restored -c "SELECT md5(string_agg(id::text || ',' || n, ';' ORDER BY id)) FROM legacy")"
+    check "adopt: restored rows" "$after" "$before"
+    check "adopt: restored defaults" \
+        "$(q -d restored -c "SELECT string_agg(pg_get_expr(adbin, adrelid), ' ' ORDER BY adrelid::regclass::text) FROM pg_attrdef WHERE adnum = 1")" \
+        "next_shard_id('legacy_id_seq'::regclass, 9) next_shard_id('legacy_identity_id_seq'::regclass, 9)"
+    check "adopt: restored sequences still owned by their columns" \
+        "$(q -d restored -c "SELECT pg_get_serial_sequence('legacy', 'id') || ' ' || pg_get_serial_sequence('legacy_identity', 'id')")" \
+        "public.legacy_id_seq public.legacy_identity_id_seq"
+    check "adopt: the restored table makes new ids above every restored one" \
+        "$(q -d restored -c "WITH m AS (SELECT max(id) AS m FROM legacy) INSERT INTO legacy (n) SELECT 3 FROM generate_series(1, 1000) RETURNING id > (SELECT m FROM m)" | sort -u)" t
+    stop_cluster adopt
+}
+
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart
-    epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards)
+    epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards adopt_under_load)
 for t in "${tests[@]}"; do "test_$t"; done
 echo
 echo "cluster: $PASSED passed, $FAILED failed"

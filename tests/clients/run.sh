@@ -1,0 +1,48 @@
+#!/usr/bin/env bash
+# Client tests: ids through real drivers and ORMs, pinned from the registries, against a throwaway
+# cluster with the extension: node-postgres (js/, node --test), psycopg 3, SQLAlchemy 2 + Alembic
+# and Django (python/, pytest). Each suite gets a database of its own. What they check is what the
+# README's "Ids in JavaScript and JSON" and "ORMs and migrations" say.
+#
+# Packages: npm ci into tests/clients/node_modules (package-lock.json), pip into a virtualenv in
+# target/clients/venv (requirements.txt). Both are reused when already there.
+# Ends with "clients: N passed, M failed" (suites); exits non-zero if any failed.
+source "$(dirname "$0")/../../scripts/lib.sh"
+stop_clusters_at_exit
+HERE="$REPO/tests/clients"
+VENV="$REPO/target/clients/venv"
+
+say "client packages (npm: pg, pg-copy-streams; PyPI: psycopg, SQLAlchemy, alembic, Django, pytest)"
+if ! [ -d "$HERE/node_modules/pg" ] || ! diff -q "$HERE/package-lock.json" "$HERE/node_modules/.package-lock.json" >/dev/null 2>&1; then
+    (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error)
+fi
+if ! [ -x "$VENV/bin/python" ] || ! cmp -s "$HERE/requirements.txt" "$VENV/requirements.txt"; then
+    rm -rf "$VENV"
+    python3 -m venv "$VENV"
+    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"
+    cp "$HERE/requirements.txt" "$VENV/requirements.txt"
+fi
+
+start_cluster clients yes "fsync = off"
+suite() { # suite NAME COMMAND...: runs COMMAND against a new database NAME with the extension
+    local name="$1"
+    shift
+    say "$name"
+    q -c "CREATE DATABASE $name"
+    q -d "$name" -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id"
+    if (cd "$HERE" && PGDATABASE="$name" "$@" 2>&1 | sed 's/^/  /'; exit "${PIPESTATUS[0]}"); then
+        check "$name" passed passed
+    else
+        check "$name" failed passed
+    fi
+}
+export PGHOST PGPORT PGUSER
+pytest=("$VENV/bin/python" -m pytest -q -p no:cacheprovider)
+suite clients_node node --test --test-reporter=spec js/
+suite clients_psycopg "${pytest[@]}" python/test_psycopg.py
+suite clients_sqlalchemy "${pytest[@]}" python/test_sqlalchemy.py
+suite clients_django "${pytest[@]}" python/test_django.py
+stop_cluster clients
+echo
+echo "clients: $PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
