@@ -175,10 +175,14 @@ mod tests {
 
     #[pg_test]
     fn shard_id_to_jsonb_writes_every_bigint_as_its_exact_decimal_string() {
-        run("CREATE SEQUENCE js; CREATE TABLE jt (id bigint DEFAULT next_shard_id('js', 3), \
-             ids bigint[], n numeric, note text)");
-        run("INSERT INTO jt (ids, n, note) SELECT ARRAY[g, -g * 900719925474099, NULL], g / 7.0, \
-             'row \"' || g FROM generate_series(1, 10000) g");
+        run(
+            "CREATE SEQUENCE js; CREATE TABLE jt (id bigint DEFAULT next_shard_id('js', 3), \
+             ids bigint[], n numeric, note text)",
+        );
+        run(
+            "INSERT INTO jt (ids, n, note) SELECT ARRAY[g, -g * 900719925474099, NULL], g / 7.0, \
+             'row \"' || g FROM generate_series(1, 10000) g",
+        );
         let exact: bool = one(
             "SELECT bool_and(j ->> 'id' = t.id::text AND jsonb_typeof(j -> 'id') = 'string' \
                     AND j -> 'ids' = to_jsonb(ARRAY[t.ids[1]::text, t.ids[2]::text, NULL]) \
