@@ -25,10 +25,10 @@ use pg_shard_id_core::slots::{sequence_of, OwnedSlotTable, SlotKey, SlotTable};
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 // Process-wide state. The postmaster sets it before it forks any backend (every platform pgrx
@@ -43,29 +43,48 @@ static PRELOADED: AtomicBool = AtomicBool::new(false);
 /// ids are refused.
 static REFUSED_EPOCH: AtomicI64 = AtomicI64::new(i64::MIN);
 
+/// The per-session table, made on first use when the library was not preloaded. Statics here,
+/// not thread-locals: a backend is one thread, and a thread-local of a shared library costs a
+/// `__tls_get_addr` call on every access, which the hot path should not pay (`bench/profile.sh`).
+static SESSION: OnceLock<OwnedSlotTable> = OnceLock::new();
+
 thread_local! {
-    /// The per-session table, made on first use when the library was not preloaded.
-    static SESSION: OnceLock<OwnedSlotTable> = const { OnceLock::new() };
     /// Slot index of each sequence this backend has used, so the claim lock is taken once per
-    /// sequence per backend, not per id.
+    /// sequence per backend, not per id. Read only when the sequence is not the last one used.
     static SLOT_OF: RefCell<HashMap<SlotKey, usize>> = RefCell::new(HashMap::new());
-    /// The last (key, slot index) used: a bulk insert draws from one sequence, and this spares it
-    /// the hash lookup.
-    static LAST_SLOT: Cell<(SlotKey, usize)> = const { Cell::new((0, 0)) };
 }
 
+/// The last (key, slot index) used: a bulk insert draws from one sequence, and this spares it
+/// the hash lookup. Key 0 is never a slot key, so the initial value matches nothing.
+static LAST_KEY: AtomicU64 = AtomicU64::new(0);
+static LAST_INDEX: AtomicUsize = AtomicUsize::new(0);
+
+#[inline]
 fn cached_slot(key: SlotKey) -> Option<usize> {
-    match LAST_SLOT.get() {
-        (k, index) if k == key => Some(index),
-        _ => SLOT_OF
-            .with(|m| m.borrow().get(&key).copied())
-            .inspect(|&i| LAST_SLOT.set((key, i))),
+    if LAST_KEY.load(Ordering::Relaxed) == key {
+        return Some(LAST_INDEX.load(Ordering::Relaxed));
     }
+    looked_up_slot(key)
 }
 
+#[cold]
+#[inline(never)]
+fn looked_up_slot(key: SlotKey) -> Option<usize> {
+    let index = SLOT_OF.with(|m| m.borrow().get(&key).copied())?;
+    remember_last(key, index);
+    Some(index)
+}
+
+fn remember_last(key: SlotKey, index: usize) {
+    LAST_INDEX.store(index, Ordering::Relaxed);
+    LAST_KEY.store(key, Ordering::Relaxed);
+}
+
+#[cold]
+#[inline(never)]
 fn remember_slot(key: SlotKey, index: usize) {
     SLOT_OF.with(|m| m.borrow_mut().insert(key, index));
-    LAST_SLOT.set((key, index));
+    remember_last(key, index);
 }
 
 /// Whether the guard is cluster-wide (the library was preloaded).
@@ -102,12 +121,9 @@ fn with_table<R>(f: impl FnOnce(&SlotTable) -> R) -> R {
     if is_cluster() {
         error!("pg_shard_id: the shared guard table was not created");
     }
-    SESSION.with(|s| {
-        f(
-            s.get_or_init(|| OwnedSlotTable::new(settings::max_sequences()))
-                .table(),
-        )
-    })
+    f(SESSION
+        .get_or_init(|| OwnedSlotTable::new(settings::max_sequences()))
+        .table())
 }
 
 /// What `pg_shard_id_info()` reports of the table this backend uses.
@@ -173,6 +189,8 @@ pub fn issue_ms(
 /// (full, or the sequence wrapped), so wait until the clock passes `ms`. Usually that is less
 /// than a millisecond away, so spin (a sleep would oversleep by far more); if the guard is further
 /// ahead (`wait` after `borrow` made a lead), sleep in short steps.
+#[cold]
+#[inline(never)]
 fn wait_until_past(ms: i64, clock: &impl Fn() -> i64) {
     loop {
         let now = clock();
@@ -189,8 +207,18 @@ fn wait_until_past(ms: i64, clock: &impl Fn() -> i64) {
     }
 }
 
-/// Makes the lease cover an id that is ahead of the clock before the id is returned.
+/// Makes the lease cover an id that is ahead of the clock before the id is returned. Usually the
+/// lease already covers it (one atomic read, inline); writing the file is the slow path.
+#[inline]
 fn cover_by_lease(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) {
+    if table.lease().load(Ordering::Acquire) < unix_ms {
+        extend_lease(table, unix_ms, epoch_unix_ms);
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn extend_lease(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) {
     if let Err(e) = lease::cover(Path::new(LEASE_FILE), table.lease(), unix_ms, epoch_unix_ms) {
         crate::errors::raise_with_hint(
             PgSqlErrorCode::ERRCODE_IO_ERROR,
@@ -201,6 +229,8 @@ fn cover_by_lease(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) {
 }
 
 /// A layout error from the guard. Past the horizon because of a lease floor, say so.
+#[cold]
+#[inline(never)]
 fn layout_error(e: LayoutError, table: &SlotTable, epoch_unix_ms: i64) -> ! {
     let floor = table.floor();
     if matches!(e, LayoutError::PastHorizon(_)) && floor > MAX_MS {
@@ -220,6 +250,8 @@ fn layout_error(e: LayoutError, table: &SlotTable, epoch_unix_ms: i64) -> ! {
     crate::errors::raise(e, epoch_unix_ms)
 }
 
+#[cold]
+#[inline(never)]
 fn epoch_moved_later(recorded_unix_ms: i64, epoch_unix_ms: i64) -> ! {
     let (recorded, configured) = (
         format_unix_ms(recorded_unix_ms),
@@ -243,6 +275,8 @@ fn epoch_moved_later(recorded_unix_ms: i64, epoch_unix_ms: i64) -> ! {
     unreachable!("ERROR does not return")
 }
 
+#[cold]
+#[inline(never)]
 fn warn_clock_step(key: SlotKey, step_ms: i64, issued_ms: i64) {
     let sequence = pg_sys::Oid::from(sequence_of(key));
     // SAFETY: a catalog lookup by oid in a backend inside a transaction; NULL when not found.
