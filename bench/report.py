@@ -111,6 +111,7 @@ lines.extend([
     "  differences between generators are inside the spread of the 3 runs shown.",
     "- Scale: ids of one stream are strictly increasing, so the primary key grows at its right edge like",
     "  `bigserial`'s (same index size); random UUIDs split pages all over the index.",
+    "- Where one call's time goes, part by part: [profile.md](profile.md) (`bench/profile.sh`).",
     "",
 ])
 open(md_path, "w").write("\n".join(lines))

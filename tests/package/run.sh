@@ -10,6 +10,9 @@ source "$(dirname "$0")/../../scripts/lib.sh"
 
 PKGLIB="$("$PG_CONFIG" --pkglibdir)"
 EXT_DIR="$("$PG_CONFIG" --sharedir)/extension"
+# every upgrade script the repository has, as the package must install it
+upgrade_scripts=()
+for f in "$REPO"/sql/pg_shard_id--*--*.sql; do upgrade_scripts+=("$EXT_DIR/$(basename "$f")"); done
 DEB_NAME="postgresql-$PG_MAJOR-pg-shard-id"
 installed_files() { ls "$PKGLIB"/pg_shard_id* "$EXT_DIR"/pg_shard_id* 2>/dev/null || true; }
 remove_installed_files() { rm -f "$PKGLIB"/pg_shard_id.so "$EXT_DIR"/pg_shard_id.control "$EXT_DIR"/pg_shard_id--*.sql; }
@@ -37,8 +40,11 @@ if [[ "$package" == *.deb ]]; then
         cat "$RUN_DIR/apt.log"
     check "deb: apt-get installs it" "$(dpkg-query -W -f='${Status} ${Version}' "$DEB_NAME")" \
         "install ok installed $EXTENSION_VERSION"
-    check "deb: dpkg owns the library, the control file, the install and upgrade scripts" \
-        "$(dpkg -L "$DEB_NAME" | grep -c -E "^($PKGLIB/pg_shard_id\.so|$EXT_DIR/pg_shard_id(\.control|--$EXTENSION_VERSION\.sql|--0\.1\.0--$EXTENSION_VERSION\.sql))$")" 4
+    owned="$(dpkg -L "$DEB_NAME")"
+    check "deb: dpkg owns the library, the control file, the install script and every upgrade script" \
+        "$(for f in "$PKGLIB/pg_shard_id.so" "$EXT_DIR/pg_shard_id.control" \
+                    "$EXT_DIR/pg_shard_id--$EXTENSION_VERSION.sql" "${upgrade_scripts[@]}"; do
+               grep -qxF "$f" <<<"$owned" || echo "missing $f"; done)" ""
     check "deb: the license is the copyright file" \
         "$(cmp -s "$REPO/LICENSE" "/usr/share/doc/$DEB_NAME/copyright" && echo same)" same
 else
@@ -66,8 +72,8 @@ check "package: the guard is the cluster-wide one" "$(q -c "SELECT guard FROM pg
 check "package: 100,000 ids, all unique, all shard 7" \
     "$(q -c "SELECT count(DISTINCT id) || ' ' || count(*) FILTER (WHERE shard_id_extract_shard(id) = 7) FROM t")" \
     "100000 100000"
-check "package: the upgrade script from 0.1.0 is installed" \
-    "$([ -f "$EXT_DIR/pg_shard_id--0.1.0--$EXTENSION_VERSION.sql" ] && echo yes)" yes
+check "package: every upgrade script in sql/ is installed (${#upgrade_scripts[@]})" \
+    "$(for f in "${upgrade_scripts[@]}"; do [ -f "$f" ] || echo "missing $f"; done)" ""
 check "package: only the current version is installable (no old install scripts)" \
     "$(q -c "SELECT string_agg(version, ' ') FROM pg_available_extension_versions WHERE name = 'pg_shard_id'")" "$EXTENSION_VERSION"
 check "package: the test-only setting is absent" \
