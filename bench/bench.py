@@ -75,7 +75,39 @@ for name, expr, setup in GENERATORS:
 base = generation[0]["rate"]
 for g in generation:
     g["ratio_to_nextval"] = g["rate"] / base
+    g["ns_per_id"] = 1e9 / g["rate"]
+# next_shard_id's own cost: what a call costs beyond the nextval() it makes (borrow: not capped)
+borrow = next(g for g in generation if g["name"] == "next_shard_id, borrow")
+generation.insert(3, {"name": "next_shard_id's own cost (borrow − nextval)",
+                      "overhead_ns": borrow["ns_per_id"] - generation[0]["ns_per_id"]})
 results["generation"] = generation
+
+# 1b. Two sessions on one sequence at once: ids/s of both together, wall time of the pair
+TWO_SESSIONS = [GENERATORS[0], GENERATORS[1], GENERATORS[2]]
+
+
+def two_sessions(expr, setup):
+    sql = f"{setup}\nSELECT count({expr}) FROM generate_series(1, {N_GEN});\n"
+    start = time.perf_counter()
+    procs = [subprocess.Popen(["psql", "-X", "-q", "-At", "-d", "bench", "-v", "ON_ERROR_STOP=1"],
+                              stdin=subprocess.PIPE, stdout=subprocess.DEVNULL, text=True)
+             for _ in range(2)]
+    for p in procs:
+        p.stdin.write(sql)
+        p.stdin.close()
+    if any(p.wait() for p in procs):
+        raise SystemExit(f"two sessions of {expr} failed")
+    return time.perf_counter() - start
+
+
+pairs = []
+for name, expr, setup in TWO_SESSIONS:
+    seconds = median_of(lambda: two_sessions(expr, setup))
+    pairs.append({"name": name, "seconds": seconds, "rate": 2 * N_GEN / seconds})
+    print(f"  2 sessions: {name:20} {2 * N_GEN / seconds / 1e6:6.2f} M ids/s", flush=True)
+for g in pairs:
+    g["ratio_to_nextval"] = g["rate"] / pairs[0]["rate"]
+results["generation_two_sessions"] = pairs
 
 # 2. Insert throughput with pgbench, 2 clients
 TABLES = [
