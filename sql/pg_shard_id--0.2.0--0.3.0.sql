@@ -32,8 +32,10 @@ COMMENT ON FUNCTION shard_id_to_jsonb(anyelement) IS
 --   referencing table under an ACCESS EXCLUSIVE lock: minutes to hours for big tables, a step the
 --   owner schedules, not a side effect of this call.
 -- * A smallint or integer sequence becomes AS bigint (no rewrite; only its limits change), so it
---   does not run out after 2^31 ids. An increment that is a multiple of 1024 is refused (22023):
---   every id would get the same low bits, one id per millisecond.
+--   does not run out after 2^31 ids. A limit set by hand (MAXVALUE, or MINVALUE descending)
+--   without CYCLE is refused (22023): the ids would stop there, though only nextval mod 1024 goes
+--   into them. An increment that is a multiple of 1024 is refused (22023): every id would get the
+--   same low bits, one id per millisecond.
 -- * Identity: DROP IDENTITY would drop the identity's sequence, so the sequence is recreated with
 --   the same name, settings and position, AS bigint, owned by the column (pg_dump/pg_restore
 --   round-trip it). Roles that could INSERT into the column without sequence privileges (an
@@ -43,8 +45,8 @@ COMMENT ON FUNCTION shard_id_to_jsonb(anyelement) IS
 -- Errors: 22004 for a NULL argument; 22003 for a shard outside 0..8191; 42501 unless the caller
 -- owns the table; 42809 for anything but an ordinary table; 42703 for a missing column; 55000
 -- for a column with no nextval or identity default (also one already adopted) or a table holding
--- ids too large; 42804 for non-bigint columns (the hint lists them); 22023 for a sequence
--- increment that is a multiple of 1024.
+-- ids too large; 42804 for non-bigint columns (the hint lists them); 22023 for a sequence with a
+-- limit of its own and no CYCLE, or an increment that is a multiple of 1024.
 --
 -- PL/pgSQL with search_path pinned to pg_catalog: the extension's own functions are reached
 -- through its schema read from pg_extension, so a renamed extension schema still works.
@@ -58,6 +60,7 @@ DECLARE
     att record;             -- the column
     seq regclass;           -- its sequence
     seq_row record;         -- the sequence's settings (pg_sequence)
+    type_max bigint;        -- the largest value of the sequence's type
     seq_schema text;
     seq_name text;
     seq_state record;       -- last_value, is_called
@@ -144,6 +147,21 @@ BEGIN
     END IF;
 
     SELECT * INTO seq_row FROM pg_sequence WHERE seqrelid = seq;
+    type_max := CASE seq_row.seqtypid WHEN 'smallint'::regtype THEN 32767
+                                      WHEN 'integer'::regtype THEN 2147483647
+                                      ELSE 9223372036854775807 END;
+    -- Only nextval mod 1024 goes into an id, so a limit of the sequence's own type is lifted with
+    -- the type (AS bigint below); a limit set by hand would stop the ids when it is reached.
+    IF NOT seq_row.seqcycle AND (seq_row.seqincrement > 0 AND seq_row.seqmax <> type_max
+                                 OR seq_row.seqincrement < 0 AND seq_row.seqmin <> -type_max - 1) THEN
+        RAISE EXCEPTION 'sequence % stops at %', seq,
+                        CASE WHEN seq_row.seqincrement > 0 THEN seq_row.seqmax ELSE seq_row.seqmin END
+            USING ERRCODE = 'invalid_parameter_value',
+                  DETAIL = 'next_shard_id would fail once the sequence reaches its limit; only nextval '
+                           'mod 1024 goes into an id, so the limit no longer limits the ids.',
+                  HINT = format('ALTER SEQUENCE %s %s; (or CYCLE)', seq,
+                                CASE WHEN seq_row.seqincrement > 0 THEN 'NO MAXVALUE' ELSE 'NO MINVALUE' END);
+    END IF;
     IF seq_row.seqincrement % 1024 = 0 THEN
         RAISE EXCEPTION 'sequence % increments by %, a multiple of 1024', seq, seq_row.seqincrement
             USING ERRCODE = 'invalid_parameter_value',
@@ -169,10 +187,10 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', tbl, col);  -- drops seq
         EXECUTE format('CREATE SEQUENCE %s.%s AS bigint INCREMENT BY %s %s %s START WITH %s CACHE %s %s',
                        seq_schema, seq_name, seq_row.seqincrement,
-                       -- a limit that was its type's own becomes bigint's
-                       CASE WHEN seq_row.seqmin IN (1, -32768, -2147483648, -9223372036854775808)
+                       -- a limit that was the default of its type becomes bigint's default
+                       CASE WHEN seq_row.seqmin = CASE WHEN seq_row.seqincrement > 0 THEN 1 ELSE -type_max - 1 END
                             THEN 'NO MINVALUE' ELSE 'MINVALUE ' || seq_row.seqmin END,
-                       CASE WHEN seq_row.seqmax IN (-1, 32767, 2147483647, 9223372036854775807)
+                       CASE WHEN seq_row.seqmax = CASE WHEN seq_row.seqincrement > 0 THEN type_max ELSE -1 END
                             THEN 'NO MAXVALUE' ELSE 'MAXVALUE ' || seq_row.seqmax END,
                        seq_row.seqstart, seq_row.seqcache,
                        CASE WHEN seq_row.seqcycle THEN 'CYCLE' ELSE 'NO CYCLE' END);

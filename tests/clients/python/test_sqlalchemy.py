@@ -12,6 +12,7 @@ from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 from sqlalchemy.schema import CreateTable
 
+from conftest import decode, to_shortcode
 from sa_models import Base, Photo, compare_server_default
 
 HERE = pathlib.Path(__file__).parent
@@ -65,6 +66,21 @@ def test_create_all_and_the_orm_get_ids_back_from_the_server(engine):
         assert sorted([one.id] + ids) == [r[0] for r in server]
         assert {r[1] for r in server} == {3}
         assert s.get(Photo, one.id).note == "one"
+
+
+def test_decode_json_and_shortcodes_through_the_orm_match_the_server(engine):
+    Base.metadata.create_all(engine)
+    with Session(engine) as s:
+        s.add_all([Photo(note=f"d{i}") for i in range(300)])
+        s.commit()
+        epoch = s.execute(text("SELECT epoch FROM pg_shard_id_info()")).scalar_one()
+        rows = s.execute(text("SELECT p.id, d.ts, d.shard, d.seq, shard_id_to_shortcode(p.id), "
+                              "shard_id_to_jsonb(p) FROM sa_photos p, shard_id_decode(p.id) d")).all()
+        assert len(rows) == 300
+        for id_, ts, shard, seq, code, doc in rows:
+            assert decode(id_, epoch) == (ts, shard, seq)
+            assert to_shortcode(id_) == code
+            assert doc == {"id": str(id_), "note": s.get(Photo, id_).note}
 
 
 def test_the_alembic_migration_runs_and_autogenerate_then_finds_nothing(engine):

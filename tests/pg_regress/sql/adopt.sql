@@ -107,8 +107,14 @@ SELECT shard_id_adopt('orders_view', 'id', 1);
 CREATE TABLE parted (id bigserial, k int) PARTITION BY RANGE (k);
 SELECT shard_id_adopt('parted', 'id', 1);
 CREATE SEQUENCE coarse_seq INCREMENT BY 2048;
+CREATE SEQUENCE capped_seq MAXVALUE 1000000;
 CREATE TABLE coarse2 (id bigint PRIMARY KEY DEFAULT nextval('coarse_seq'));
 SELECT shard_id_adopt('coarse2', 'id', 1);           -- 22023, every id the same low bits
+-- a limit set by hand, without CYCLE: refused (with CYCLE it is kept: see events above)
+CREATE TABLE capped (id bigint PRIMARY KEY DEFAULT nextval('capped_seq'));
+SELECT shard_id_adopt('capped', 'id', 1);
+ALTER SEQUENCE capped_seq NO MAXVALUE;
+SELECT shard_id_adopt('capped', 'id', 1);
 CREATE TABLE other_default (id bigint PRIMARY KEY DEFAULT 42 + nextval('shared_seq'));
 SELECT shard_id_adopt('other_default', 'id', 1);     -- 55000, not exactly nextval(seq)
 -- a table that already holds ids at or above the first new id
@@ -136,6 +142,7 @@ SELECT q AS statement, pg_temp.error_of(q, true) AS sqlstate FROM (VALUES
     ('SELECT shard_id_adopt(''parted'', ''id'', 1)'),
     ('SELECT shard_id_adopt(''tags'', ''id'', 1)'),
     ('SELECT shard_id_adopt(''coarse2'', ''id'', 1)'),
+    ('CREATE SEQUENCE c3 MAXVALUE 5; CREATE TABLE t3 (id bigint DEFAULT nextval(''c3'')); SELECT shard_id_adopt(''t3'', ''id'', 1)'),
     ('SELECT shard_id_adopt(''ahead'', ''id'', 1)'),
     ('SET ROLE regress_adopt_stranger; SELECT shard_id_adopt(''theirs'', ''id'', 1)')
 ) v(q);
