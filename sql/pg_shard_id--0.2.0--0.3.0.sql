@@ -180,9 +180,9 @@ BEGIN
                          'were set by hand; a column that already holds shard ids needs no adopting.';
     END IF;
 
-    SELECT quote_ident(n.nspname), quote_ident(s.relname) INTO seq_schema, seq_name
-      FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace WHERE s.oid = seq;
     IF att.attidentity <> '' THEN
+        SELECT quote_ident(n.nspname), quote_ident(s.relname) INTO seq_schema, seq_name
+          FROM pg_class s JOIN pg_namespace n ON n.oid = s.relnamespace WHERE s.oid = seq;
         EXECUTE format('SELECT last_value, is_called FROM %s', seq) INTO seq_state;
         EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP IDENTITY', tbl, col);  -- drops seq
         EXECUTE format('CREATE SEQUENCE %s.%s AS bigint INCREMENT BY %s %s %s START WITH %s CACHE %s %s',

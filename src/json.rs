@@ -82,28 +82,40 @@ fn shard_id_to_jsonb(
     // argument's type; this call's fcinfo has the same argument, of the same type, so PostgreSQL's
     // to_jsonb converts it exactly as `to_jsonb(value)` in SQL would.
     let jsonb = unsafe { pg_sys::to_jsonb(fcinfo) };
+    let whole = is_bigint_or_bigint_array(value.oid());
+    // SAFETY: a catalog lookup by the argument's type oid.
+    let fields = if !whole && unsafe { pg_sys::type_is_rowtype(value.oid()) } {
+        bigint_fields(&value)
+    } else {
+        Vec::new()
+    };
+    if !whole && fields.is_empty() {
+        return jsonb_result(jsonb); // nothing to quote: to_jsonb's own result
+    }
     // SAFETY: jsonb_out of a jsonb datum returns a palloc'd C string.
     let text: &CStr = unsafe { pgrx::direct_function_call(pg_sys::jsonb_out, &[Some(jsonb)]) }
         .expect("jsonb_out");
     let text = text.to_bytes(); // in the server encoding
-    let quoted = if is_bigint_or_bigint_array(value.oid()) {
+    let quoted = if whole {
         json::quote_integers(text)
-    // SAFETY: a catalog lookup by the argument's type oid.
-    } else if unsafe { pg_sys::type_is_rowtype(value.oid()) } {
-        json::quote_fields(text, &bigint_fields(&value))
     } else {
-        text.to_vec()
+        json::quote_fields(text, &fields)
     };
     let quoted = CString::new(quoted).expect("JSON text has no NUL");
-    // SAFETY: jsonb_in parses a C string into a jsonb datum (palloc'd in the current context);
-    // the AnyElement carries it out as this function's jsonb result.
-    unsafe {
-        let datum = pgrx::direct_function_call_as_datum(
+    // SAFETY: jsonb_in parses a C string into a jsonb datum (palloc'd in the current context).
+    let datum = unsafe {
+        pgrx::direct_function_call_as_datum(
             pg_sys::jsonb_in,
             &[Some(pg_sys::Datum::from(quoted.as_ptr()))],
         )
-        .expect("jsonb_in");
-        pgrx::AnyElement::from_polymorphic_datum(datum, false, pg_sys::JSONBOID)
-            .expect("a jsonb datum")
     }
+    .expect("jsonb_in");
+    jsonb_result(datum)
+}
+
+/// A jsonb datum as this function's result (declared `jsonb` in its SQL).
+fn jsonb_result(datum: pg_sys::Datum) -> pgrx::AnyElement {
+    // SAFETY: `datum` is a jsonb value, valid in the current memory context.
+    unsafe { pgrx::AnyElement::from_polymorphic_datum(datum, false, pg_sys::JSONBOID) }
+        .expect("a jsonb datum")
 }

@@ -119,6 +119,9 @@ pub fn unix_ms_to_pg_micros(unix_ms: i64) -> Option<i64> {
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
     #[test]
     fn the_wall_clock_agrees_with_system_time() {
         let system = || {
@@ -135,9 +138,6 @@ mod tests {
             "{before} <= {ours} <= {after}"
         );
     }
-
-    use super::*;
-    use proptest::prelude::*;
 
     const NOW: i64 = 1_795_000_000_000; // 2026-11-18
 
