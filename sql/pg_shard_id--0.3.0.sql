@@ -7,8 +7,7 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:40
--- pg_shard_id::generate::next_shard_id
+-- src/generate.rs:93
 
 CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
     VOLATILE STRICT PARALLEL UNSAFE
@@ -16,7 +15,7 @@ CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:73
+-- src/generate.rs:123
 -- pg_shard_id::generate::next_shard_id_for_node
 
 CREATE FUNCTION next_shard_id("seq" regclass) RETURNS bigint
@@ -77,7 +76,7 @@ AS 'MODULE_PATHNAME', 'shard_id_compose_wrapper';
 /* <begin connected objects> */
 -- src/adopt.rs:9
 -- requires:
---   generate::next_shard_id
+--   next_shard_id
 --   decode::shard_id_compose
 
 -- shard_id_adopt(tbl regclass, col name, shard integer) RETURNS text

@@ -9,5 +9,5 @@ use pgrx::prelude::*;
 extension_sql_file!(
     "../sql/adopt.sql",
     name = "shard_id_adopt",
-    requires = [generate::next_shard_id, decode::shard_id_compose],
+    requires = ["next_shard_id", decode::shard_id_compose],
 );

@@ -52,3 +52,15 @@ pub fn raise_with_hint(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
         .report(PgLogLevel::ERROR);
     unreachable!("ERROR does not return")
 }
+
+/// Runs `f` inside pgrx's guard, for code that PostgreSQL calls without pgrx's wrapper (the
+/// entry point of `next_shard_id(seq, shard)`, see `generate`): an ERROR raised in `f`, by this
+/// crate or by PostgreSQL through pgrx, and any panic, become a PostgreSQL ERROR once `f`'s frames
+/// are gone, exactly as they do in a `#[pg_extern]` function.
+#[cold]
+#[inline(never)]
+pub fn guarded<R>(f: impl FnOnce() -> R) -> R {
+    // SAFETY: called on the backend's thread, from a function PostgreSQL called; what `f` returns
+    // has no destructor that an ERROR could skip (i64 or unit here).
+    unsafe { pgrx::pg_sys::panic::pgrx_extern_c_guard(f) }
+}

@@ -37,17 +37,67 @@ unsafe extern "C-unwind" {
 /// restarted with a later epoch than its ids were made with; 58030 when the lease file cannot be
 /// written; 0A000 in a database with Citus, where every node would issue the same shard number
 /// (use `next_shard_id(seq)` there).
-#[pg_extern(sql = r#"
+///
+/// # Why this entry point is not a `#[pg_extern]`
+///
+/// It is the hot path of every insert, and `bench/profile.sh` showed that a third of the
+/// extension's own cost per id was pgrx's wrapper: the panic guard around the function and the
+/// `sigsetjmp` boundary around the one call into PostgreSQL (`nextval_internal`). So PostgreSQL
+/// calls this function directly (a version-1 C function, declared by the `extension_sql!` below),
+/// and it keeps pgrx's rules by other means:
+/// * An ERROR inside `nextval_internal` (not a sequence, no privilege, exhausted, read-only)
+///   `longjmp`s past this frame to PostgreSQL's handler, as it does past any C function.
+///   Deallocating a Rust frame that way is sound when the frame has nothing to drop (a "plain
+///   old frame", RFC 2945): at that call this frame holds only an oid and integers, and no lock,
+///   borrow or allocation of ours is held (the guard's slot lock is taken after it).
+/// * Everything else that can raise an ERROR or call into PostgreSQL (the shard check's error,
+///   the Citus check, waiting, warnings, the lease file, the guard's errors) runs inside pgrx's
+///   guard through `errors::guarded`, exactly as in a `#[pg_extern]` function.
+/// * What runs outside the guard is plain Rust: reading the arguments, the clock, the guard's
+///   common case (`guard_table::issue_ms_unguarded`) and composing the id. The function is
+///   `extern "C"`, so a panic there (a bug) aborts the backend instead of unwinding into C.
+///
+/// The other SQL functions keep pgrx's wrapper; `next_shard_id(seq)` (the Citus form) too.
+#[no_mangle]
+pub unsafe extern "C" fn next_shard_id_wrapper(fcinfo: pg_sys::FunctionCallInfo) -> pg_sys::Datum {
+    // SAFETY: PostgreSQL calls this with the two arguments the SQL declaration names, and the
+    // function is STRICT, so neither is NULL.
+    let (seq, shard) = unsafe {
+        let args = (*fcinfo).args.as_slice(2);
+        (
+            pg_sys::Oid::from(args[0].value.value() as u32),
+            args[1].value.value() as i32,
+        )
+    };
+    let epoch = settings::epoch_unix_ms();
+    let shard = match check_shard(i64::from(shard)) {
+        Ok(shard) => shard,
+        Err(e) => errors::guarded(|| errors::raise(e, epoch)),
+    };
+    if !node::known_without_citus() {
+        errors::guarded(node::refuse_explicit_shard_on_citus);
+    }
+    // SAFETY: PostgreSQL's own function with the declared signature. An ERROR in it leaves
+    // through this frame, which holds nothing to drop (see above).
+    let value = unsafe { nextval_internal(seq, true) };
+    pg_sys::Datum::from(id_of(seq, shard, value, epoch))
+}
+
+/// The version-1 calling convention record of [`next_shard_id_wrapper`] (`PG_FUNCTION_INFO_V1`).
+#[no_mangle]
+pub extern "C" fn pg_finfo_next_shard_id_wrapper() -> &'static pg_sys::Pg_finfo_record {
+    static V1: pg_sys::Pg_finfo_record = pg_sys::Pg_finfo_record { api_version: 1 };
+    &V1
+}
+
+extension_sql!(
+    r#"
 CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
     VOLATILE STRICT PARALLEL UNSAFE
     LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_wrapper';
-"#)]
-fn next_shard_id(seq: pg_sys::Oid, shard: i32) -> i64 {
-    let epoch = settings::epoch_unix_ms();
-    let shard = check_shard(i64::from(shard)).unwrap_or_else(|e| errors::raise(e, epoch));
-    node::refuse_explicit_shard_on_citus();
-    issue(seq, shard, epoch)
-}
+"#,
+    name = "next_shard_id",
+);
 
 /// Draws the next id of sequence `seq` with this server's node number in the shard field: the
 /// form for Citus, and for any setup where one DEFAULT runs on several servers.
@@ -81,23 +131,34 @@ fn next_shard_id_for_node(seq: pg_sys::Oid) -> i64 {
     issue(seq, shard, epoch)
 }
 
-/// `nextval(seq)`, the guard, the id: what both forms share. `shard` is checked.
-#[inline]
+/// `nextval(seq)` through pgrx's boundary, then the id: the Citus form's path.
 fn issue(seq: pg_sys::Oid, shard: i64, epoch: i64) -> i64 {
     // SAFETY: PostgreSQL's own function with the declared signature; an ERROR inside it is
     // caught and re-raised by the boundary.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };
+    id_of(seq, shard, value, epoch)
+}
+
+/// The id for `value`, just drawn from sequence `seq`: the guard gives the millisecond. `shard`
+/// is checked. Runs outside pgrx's guard in `next_shard_id_wrapper`, so whatever can raise an
+/// ERROR goes through `errors::guarded` (in `guard_table::issue_ms_unguarded` and here).
+#[inline]
+fn id_of(seq: pg_sys::Oid, shard: i64, value: i64, epoch: i64) -> i64 {
     let remainder = seq_field(value);
     // SAFETY: a backend global, set once at connection.
     let database = unsafe { pg_sys::MyDatabaseId };
     let key = slot_key(database.to_u32(), seq.to_u32());
-    let ms = guard_table::issue_ms(key, remainder as u16, settings::overflow(), epoch, || {
-        clock::now_since_epoch(epoch)
-    });
-    compose(IdParts {
+    let ms =
+        guard_table::issue_ms_unguarded(key, remainder as u16, settings::overflow(), epoch, || {
+            clock::now_since_epoch(epoch)
+        });
+    let parts = IdParts {
         ms,
         shard,
         seq: remainder,
-    })
-    .unwrap_or_else(|e| errors::raise(e, epoch))
+    };
+    match compose(parts) {
+        Ok(id) => id,
+        Err(e) => errors::guarded(|| errors::raise(e, epoch)),
+    }
 }

@@ -160,12 +160,117 @@ pub fn issue_ms(
     if refused != i64::MIN {
         epoch_moved_later(refused, epoch_unix_ms);
     }
-    with_table(|table| loop {
-        let cached = cached_slot(key);
-        let (index, decision) = table.issue(cached, key, remainder, overflow, &clock);
-        if cached != Some(index) {
-            remember_slot(key, index);
+    with_table(|table| {
+        let decision = decide(table, key, remainder, overflow, &clock);
+        settle(
+            table,
+            decision,
+            key,
+            remainder,
+            overflow,
+            epoch_unix_ms,
+            &clock,
+        )
+    })
+}
+
+/// [`issue_ms`] for a caller outside pgrx's guard: `next_shard_id(seq, shard)`'s entry point
+/// (see `generate`), where an ERROR must not pass through Rust code with destructors. The common
+/// case, an id in the clock's millisecond or in a lead the lease already covers, is decided here
+/// by plain Rust that never calls into PostgreSQL and never raises an error. Anything else
+/// (waiting, a clock-step WARNING, writing the lease, an error, a table not made yet) is finished
+/// by `issue_ms`'s own code inside pgrx's guard, from the decision already taken.
+#[inline]
+pub fn issue_ms_unguarded(
+    key: SlotKey,
+    remainder: u16,
+    overflow: Overflow,
+    epoch_unix_ms: i64,
+    clock: impl Fn() -> i64,
+) -> i64 {
+    let quick = with_ready_table(|table| {
+        let decision = decide(table, key, remainder, overflow, &clock);
+        match decision {
+            Ok(Decision::Issue {
+                ms,
+                clock: now,
+                clock_stepped_back_by: None,
+            }) if ms <= now + UNLEASED_LEAD_MS
+                || !is_cluster()
+                || table.lease().load(Ordering::Acquire) >= ms + epoch_unix_ms =>
+            {
+                Ok(ms)
+            }
+            other => Err(other),
         }
+    });
+    match quick {
+        Some(Ok(ms)) => ms,
+        Some(Err(decision)) => crate::errors::guarded(|| {
+            with_table(|table| {
+                settle(
+                    table,
+                    decision,
+                    key,
+                    remainder,
+                    overflow,
+                    epoch_unix_ms,
+                    &clock,
+                )
+            })
+        }),
+        None => crate::errors::guarded(|| issue_ms(key, remainder, overflow, epoch_unix_ms, clock)),
+    }
+}
+
+/// The table, when it is there and ids are not refused; `None` sends the caller to [`issue_ms`],
+/// which makes the session table or raises the error. Never calls into PostgreSQL.
+#[inline]
+fn with_ready_table<R>(f: impl FnOnce(&SlotTable) -> R) -> Option<R> {
+    if REFUSED_EPOCH.load(Ordering::Relaxed) != i64::MIN {
+        return None;
+    }
+    let mem = SHARED_TABLE.load(Ordering::Acquire);
+    if !mem.is_null() {
+        // SAFETY: as in `with_table`.
+        return Some(f(&unsafe { SlotTable::attach(mem) }));
+    }
+    if is_cluster() {
+        return None;
+    }
+    SESSION.get().map(|owned| f(owned.table()))
+}
+
+/// The guard's decision for `remainder`, in the slot this backend last used for `key` (or a slot
+/// found or claimed now). Plain Rust: no call into PostgreSQL, no error raised.
+#[inline]
+fn decide(
+    table: &SlotTable,
+    key: SlotKey,
+    remainder: u16,
+    overflow: Overflow,
+    clock: &impl Fn() -> i64,
+) -> Result<Decision, LayoutError> {
+    let cached = cached_slot(key);
+    let (index, decision) = table.issue(cached, key, remainder, overflow, clock);
+    if cached != Some(index) {
+        remember_slot(key, index);
+    }
+    decision
+}
+
+/// Carries out a decision: raises its error, or warns of a clock step and covers a lead by the
+/// lease before returning the millisecond, or waits and decides again.
+fn settle(
+    table: &SlotTable,
+    mut decision: Result<Decision, LayoutError>,
+    key: SlotKey,
+    remainder: u16,
+    overflow: Overflow,
+    epoch_unix_ms: i64,
+    clock: &impl Fn() -> i64,
+) -> i64 {
+    loop {
         match decision.unwrap_or_else(|e| layout_error(e, table, epoch_unix_ms)) {
             Decision::Issue {
                 ms,
@@ -178,11 +283,14 @@ pub fn issue_ms(
                 if ms > now + UNLEASED_LEAD_MS && is_cluster() {
                     cover_by_lease(table, ms + epoch_unix_ms, epoch_unix_ms);
                 }
-                break ms;
+                return ms;
             }
-            Decision::WaitUntilPast(ms) => wait_until_past(ms, &clock),
+            Decision::WaitUntilPast(ms) => {
+                wait_until_past(ms, clock);
+                decision = decide(table, key, remainder, overflow, clock);
+            }
         }
-    })
+    }
 }
 
 /// The guard is as far ahead of the clock as its policy allows and its millisecond has no room

@@ -99,12 +99,21 @@ pub fn refuse_explicit_shard_on_citus() {
     }
 }
 
+static CITUS_LOADED: OnceLock<bool> = OnceLock::new();
+
+/// Whether this backend has already found that Citus is not loaded (so that
+/// [`refuse_explicit_shard_on_citus`] has nothing to refuse): the entry point of
+/// `next_shard_id(seq, shard)` then skips the check without calling into PostgreSQL.
+#[inline]
+pub fn known_without_citus() -> bool {
+    CITUS_LOADED.get() == Some(&false)
+}
+
 /// Whether the Citus library is loaded in this backend (it must be preloaded to work at all, so
 /// this cannot change while the backend lives; a `SET citus.x` placeholder only costs a lookup).
 fn citus_library_loaded() -> bool {
-    static LOADED: OnceLock<bool> = OnceLock::new();
     // SAFETY: a GUC lookup by a NUL-terminated name; missing_ok returns NULL.
-    *LOADED.get_or_init(|| unsafe {
+    *CITUS_LOADED.get_or_init(|| unsafe {
         !pg_sys::GetConfigOption(c"citus.version".as_ptr(), true, false).is_null()
     })
 }

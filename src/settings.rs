@@ -29,7 +29,7 @@ use pg_shard_id_core::time::{
     parse_epoch, wall_clock_unix_ms, DEFAULT_EPOCH, DEFAULT_EPOCH_UNIX_MS,
 };
 use pgrx::prelude::*;
-use pgrx::{GucContext, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
+use pgrx::{GucContext, GucEnum, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::ffi::{c_char, c_void, CStr, CString};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 
@@ -66,12 +66,27 @@ pub fn epoch_unix_ms() -> i64 {
     EPOCH_UNIX_MS.load(Ordering::Relaxed)
 }
 
+/// `pg_shard_id.overflow` is borrow: kept in step by the setting's assign hook, so that
+/// generation reads one plain flag (`GucSetting::get` checks the thread on every read, which costs
+/// a `__tls_get_addr` call per id, `bench/profile.sh`).
+static OVERFLOW_BORROW: AtomicBool = AtomicBool::new(false);
+
 /// The overflow policy in force.
+#[inline]
 pub fn overflow() -> Overflow {
-    match OVERFLOW.get() {
-        OverflowSetting::Wait => Overflow::Wait,
-        OverflowSetting::Borrow => Overflow::Borrow,
+    if OVERFLOW_BORROW.load(Ordering::Relaxed) {
+        Overflow::Borrow
+    } else {
+        Overflow::Wait
     }
+}
+
+/// Keeps [`OVERFLOW_BORROW`] in step with `pg_shard_id.overflow`. Cannot fail.
+unsafe extern "C-unwind" fn assign_overflow(newval: std::ffi::c_int, _extra: *mut c_void) {
+    OVERFLOW_BORROW.store(
+        newval == OverflowSetting::Borrow.to_ordinal(),
+        Ordering::Relaxed,
+    );
 }
 
 /// The overflow policy's name, as `SHOW` prints it.
@@ -194,21 +209,27 @@ pub fn register() {
     if !preloading {
         EPOCH_FROZEN.store(true, Ordering::Relaxed);
     }
-    GucRegistry::define_enum_guc(
-        c"pg_shard_id.overflow",
-        leaked(format!(
+    // SAFETY: the assign hook has the signature PostgreSQL expects and cannot panic.
+    unsafe {
+        GucRegistry::define_enum_guc_with_hooks(
+            c"pg_shard_id.overflow",
+            leaked(format!(
             "What next_shard_id does when {SEQ_VALUES} ids of one sequence share a millisecond."
         )),
-        leaked(format!(
+            leaked(format!(
             "wait: wait for the next millisecond (timestamps stay true, at most {SEQ_VALUES} ids \
              per ms per sequence). borrow: use the next millisecond at once (timestamps may run \
              up to {} s ahead of the clock).",
             MAX_LEAD_MS / 1000
         )),
-        &OVERFLOW,
-        GucContext::Suset,
-        GucFlags::default(),
-    );
+            &OVERFLOW,
+            GucContext::Suset,
+            GucFlags::default(),
+            None,
+            Some(assign_overflow),
+            None,
+        );
+    }
     GucRegistry::define_int_guc(
         c"pg_shard_id.node",
         c"This server's node number, the shard field of next_shard_id(seq).",
