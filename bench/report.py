@@ -19,7 +19,7 @@ lines = [
     "# Benchmarks",
     "",
     "Made by `scripts/bench.sh` on one machine, one PostgreSQL version after the other; every figure",
-    "is the median of 3 runs, and ratios compare generators measured in the same run. Re-run it to",
+    "is a median (3 runs, or the rounds of section 2), and ratios compare generators measured in the same run. Re-run it to",
     "get your own numbers (it starts its own throwaway cluster, release build, `pg_shard_id`",
     "preloaded, default settings but `synchronous_commit = off` and `jit = off`).",
     "",
@@ -57,9 +57,23 @@ class Columns(list):
         return self.render(row) if row else None
 
 
+def clock_lines():
+    """The floor under next_shard_id's own cost: one read of the wall clock per id."""
+    if not all("clock_read_ns" in r for r in runs):
+        return []
+    per = "; ".join(f"PG {v}: {r['clock_read_ns']:.0f} ns, so at most {r['clock_bound_ratio']:.3f} × nextval()"
+                    for r, v in zip(runs, versions))
+    return ["", "Every id carries the current millisecond, so every call reads the wall clock once",
+            f"(`clock_gettime`, measured by `bench/clock_cost.c` in the same run). {per}",
+            "for any generator that does, before any other work."]
+
+
 section(f"1. Generation rate, one session, {first['n_gen']:,} ids",
-        [f"`SELECT count(<generator>) FROM generate_series(1, {first['n_gen']})`; duplicates counted in a",
-         "separate run of the same size. The layout's limit for one sequence is 1,024,000 ids/s."],
+        [f"`SELECT count(<generator>) FROM (SELECT generate_series(1, {first['n_gen']})) g`; duplicates",
+         "counted in a separate run of the same size. The layout's limit for one sequence is 1,024,000",
+         "ids/s. (`generate_series` in the select list streams its rows; in `FROM` it would first store",
+         "all of them, time every generator pays alike and that runs before the first id is drawn.)",
+         *clock_lines()],
         "generator",
         Columns(["ids/s", "ns/id", "× nextval()", "duplicates"],
                 lambda g: ["-", f"{g['overhead_ns']:,.0f}", "-", "-"] if "overhead_ns" in g else
@@ -73,13 +87,16 @@ if all("generation_two_sessions" in r for r in runs):
             "generator",
             Columns(["ids/s", "× nextval()"], lambda g: [f"{g['rate']:,.0f}", f"{g['ratio_to_nextval']:.2f}"]),
             lambda r: r["generation_two_sessions"])
-section(f"2. Inserts, pgbench, 2 clients, {first['pgbench_seconds']} s",
+rounds = first.get("insert_rounds", 3)
+section(f"2. Inserts, pgbench, 2 clients, {rounds} rounds of {first['pgbench_seconds']} s",
         ["`INSERT INTO t DEFAULT VALUES`, the primary key's DEFAULT being the generator",
-         "(`synchronous_commit = off`, so that the generators are measured rather than the disk)."],
+         "(`synchronous_commit = off`, so that the generators are measured rather than the disk).",
+         "Each round runs every generator once, one after the other; a generator's ratio to `bigserial`",
+         "is taken within each round, and the table gives the median of those ratios and their range."],
         "primary key default",
-        Columns(["tps", "× bigserial", "the 3 runs"],
-                lambda r: [f"{r['tps']:,.0f}", f"{r['ratio_to_bigserial']:.2f}",
-                           ", ".join(f"{t:,.0f}" for t in r.get("runs", []))]),
+        Columns(["tps (median)", "× bigserial", "range of × bigserial"],
+                lambda r: [f"{r['tps']:,.0f}", f"{r['ratio_to_bigserial']:.3f}",
+                           "{:.3f} to {:.3f}".format(*r["ratio_range"]) if "ratio_range" in r else "-"]),
         lambda r: r["inserts"])
 section(f"3. Scale: {first['n_scale']:,} rows per generator",
         [f"`INSERT INTO t (payload) SELECT 1 FROM generate_series(1, {first['n_scale']})` into an empty table."],
@@ -116,8 +133,8 @@ lines.extend([
     "  sequence. Its ratio to `nextval()` is that cap; compare it with 1,024,000. `borrow` shows the cost.",
     *inline_duplicates_note(),
     "- pgbench: each transaction is a round trip of tens of microseconds, against a generator cost of",
-    "  a few hundred nanoseconds, and on 2 cores the clients share the CPUs with the server, so the",
-    "  differences between generators are inside the spread of the 3 runs shown.",
+    "  well under a microsecond, and on 2 cores the clients share the CPUs with the server: where the",
+    "  range of a ratio includes 1.000, the run did not tell that generator from `bigserial`.",
     "- Scale: ids of one stream are strictly increasing, so the primary key grows at its right edge like",
     "  `bigserial`'s (same index size); random UUIDs split pages all over the index.",
     "- Where one call's time goes, part by part: [profile.md](profile.md) (`bench/profile.sh`).",
