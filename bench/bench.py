@@ -15,8 +15,12 @@ import time
 SMOKE = "--smoke" in sys.argv
 OUT = sys.argv[sys.argv.index("--out") + 1]
 N_GEN = 20_000 if SMOKE else 2_000_000
-PGBENCH_SECONDS = 2 if SMOKE else 15
+PGBENCH_SECONDS = 2 if SMOKE else 10
 INSERT_ROUNDS = 1 if SMOKE else 5
+# next_shard_id against bigserial alone, in short alternating runs: enough pairs that the
+# confidence interval of the median ratio is narrower than the difference worth claiming
+CLOSE_PAIRS = 2 if SMOKE else 16
+CLOSE_SECONDS = 1 if SMOKE else 5
 N_SCALE = 20_000 if SMOKE else 5_000_000
 N_DECODE = 20_000 if SMOKE else 2_000_000
 RUNS = 3
@@ -40,8 +44,20 @@ def median_of(f):
     return statistics.median(f() for _ in range(RUNS))
 
 
+def median_ci(values, level=0.95):
+    """Distribution-free confidence interval of the median: the order statistics x(k) and
+    x(n+1-k) for the largest k with P(Binomial(n, 1/2) < k) <= (1 - level) / 2. Assumes only
+    that the values are independent draws of one distribution; returns (low, high, coverage)."""
+    from math import comb
+    xs, n = sorted(values), len(values)
+    below = lambda k: sum(comb(n, i) for i in range(k)) / 2 ** n  # P(B < k)
+    k = max([k for k in range(1, n // 2 + 1) if below(k) <= (1 - level) / 2], default=1)
+    return xs[k - 1], xs[n - k], 1 - 2 * below(k)
+
+
 results = {"smoke": SMOKE, "n_gen": N_GEN, "pgbench_seconds": PGBENCH_SECONDS,
-           "insert_rounds": INSERT_ROUNDS, "n_scale": N_SCALE,
+           "insert_rounds": INSERT_ROUNDS, "close_pairs": CLOSE_PAIRS, "close_seconds": CLOSE_SECONDS,
+           "n_scale": N_SCALE,
            "n_decode": N_DECODE}
 results["machine"] = {
     "cpu": subprocess.run("grep -m1 'model name' /proc/cpuinfo | cut -d: -f2", shell=True,
@@ -139,17 +155,19 @@ psql("CREATE SEQUENCE IF NOT EXISTS tps_seq")
 scripts = []
 for i, (name, column) in enumerate(TABLES):
     table = f"tps_{i}"
-    psql(f"DROP TABLE IF EXISTS {table}; CREATE TABLE {table} ({column}, payload int)")
+    # every run starts from an empty table, so autovacuum has nothing to do but add noise
+    psql(f"DROP TABLE IF EXISTS {table}; "
+         f"CREATE TABLE {table} ({column}, payload int) WITH (autovacuum_enabled = off)")
     script = os.path.join(os.environ["PGHOST"], f"{table}.sql")
     with open(script, "w") as f:
         f.write(f"INSERT INTO {table} DEFAULT VALUES;\n")
     scripts.append((table, script))
 
 
-def pgbench_tps(table, script):
+def pgbench_tps(table, script, seconds=PGBENCH_SECONDS, protocol="simple"):
     # every run starts alike: an empty table and no checkpoint debt
     psql(f"TRUNCATE {table}; CHECKPOINT")
-    out = subprocess.run(["pgbench", "-n", "-c", "2", "-j", "2", "-T", str(PGBENCH_SECONDS), "-f", script,
+    out = subprocess.run(["pgbench", "-n", "-M", protocol, "-c", "2", "-j", "2", "-T", str(seconds), "-f", script,
                           "bench"], check=True, capture_output=True, text=True).stdout
     return float(re.search(r"tps = ([0-9.]+)", out).group(1))
 
@@ -170,6 +188,27 @@ for (name, _), tps_runs in zip(TABLES, runs):
     print(f"  {name:32} {inserts[-1]['tps']:10.0f} tps  x bigserial {inserts[-1]['ratio_to_bigserial']:.3f} "
           f"({min(ratios):.3f}-{max(ratios):.3f})", flush=True)
 results["inserts"] = inserts
+
+# 2b. next_shard_id against bigserial closely: pairs of short runs, the order alternating from
+# pair to pair (A B, B A, ...) so that a drift of the machine within a pair cancels out. Once with
+# the simple protocol, where PostgreSQL reads and plans the column's DEFAULT for every INSERT,
+# and once with prepared statements, as most drivers send them, where the plan is kept.
+close = []
+for protocol in ("simple", "prepared"):
+    pair_ratios = []
+    for k in range(CLOSE_PAIRS):
+        tps = {}
+        for i in ((0, 1) if k % 2 == 0 else (1, 0)):
+            tps[i] = pgbench_tps(*scripts[i], seconds=CLOSE_SECONDS, protocol=protocol)
+        pair_ratios.append(tps[1] / tps[0])
+    low, high, coverage = median_ci(pair_ratios)
+    close.append({"name": f"{TABLES[1][0]}, {protocol} protocol", "protocol": protocol,
+                  "pairs": CLOSE_PAIRS, "seconds": CLOSE_SECONDS, "ratios": pair_ratios,
+                  "ratio_to_bigserial": statistics.median(pair_ratios), "ci": [low, high],
+                  "ci_coverage": coverage})
+    print(f"  {TABLES[1][0]} x bigserial, {protocol}, {CLOSE_PAIRS} pairs: "
+          f"{statistics.median(pair_ratios):.3f} ({coverage:.0%} CI {low:.3f}-{high:.3f})", flush=True)
+results["inserts_close"] = close
 
 # 3. Scale: N_SCALE rows per generator, primary key size and load time
 scale = []

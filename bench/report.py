@@ -90,7 +90,8 @@ if all("generation_two_sessions" in r for r in runs):
 rounds = first.get("insert_rounds", 3)
 section(f"2. Inserts, pgbench, 2 clients, {rounds} rounds of {first['pgbench_seconds']} s",
         ["`INSERT INTO t DEFAULT VALUES`, the primary key's DEFAULT being the generator",
-         "(`synchronous_commit = off`, so that the generators are measured rather than the disk).",
+         "(`synchronous_commit = off`, so that the generators are measured rather than the disk; each run",
+         "starts from an empty table after a `CHECKPOINT`, autovacuum off for these tables).",
          "Each round runs every generator once, one after the other; a generator's ratio to `bigserial`",
          "is taken within each round, and the table gives the median of those ratios and their range."],
         "primary key default",
@@ -98,6 +99,21 @@ section(f"2. Inserts, pgbench, 2 clients, {rounds} rounds of {first['pgbench_sec
                 lambda r: [f"{r['tps']:,.0f}", f"{r['ratio_to_bigserial']:.3f}",
                            "{:.3f} to {:.3f}".format(*r["ratio_range"]) if "ratio_range" in r else "-"]),
         lambda r: r["inserts"])
+if all(isinstance(r.get("inserts_close"), list) for r in runs):
+    c = first["inserts_close"][0]
+    section(f"2b. next_shard_id against bigserial, closely: {c['pairs']} pairs of {c['seconds']} s runs",
+            ["The same pgbench insert, only these two, in pairs whose order alternates (bigserial first, then",
+             "next_shard_id first, ...) so that a drift of the machine within a pair cancels out; once with",
+             "the simple protocol (PostgreSQL reads and plans the column's DEFAULT for every INSERT) and once",
+             "with prepared statements, as most drivers send them (the plan, DEFAULT included, is kept). The",
+             "interval is the distribution-free confidence interval of the median of the pairs' ratios",
+             "(order statistics); a claim about the ratio holds only where the whole interval does."],
+            "next_shard_id × bigserial",
+            Columns(["median", "confidence interval of the median", "range of the pairs"],
+                    lambda c: [f"{c['ratio_to_bigserial']:.3f}",
+                               "{:.3f} to {:.3f} ({:.0%})".format(*c["ci"], c["ci_coverage"]),
+                               f"{min(c['ratios']):.3f} to {max(c['ratios']):.3f}"]),
+            lambda r: r["inserts_close"])
 section(f"3. Scale: {first['n_scale']:,} rows per generator",
         [f"`INSERT INTO t (payload) SELECT 1 FROM generate_series(1, {first['n_scale']})` into an empty table."],
         "primary key default",
