@@ -54,7 +54,7 @@ unsafe extern "C-unwind" {
 ///   the Citus check, waiting, warnings, the lease file, the guard's errors) runs inside pgrx's
 ///   guard through `errors::guarded`, exactly as in a `#[pg_extern]` function.
 /// * What runs outside the guard is plain Rust: reading the arguments, the clock, the guard's
-///   common case (`guard_table::issue_ms_unguarded`) and composing the id. The function is
+///   common case (`guard_table::issue_ms`) and composing the id. The function is
 ///   `extern "C"`, so a panic there (a bug) aborts the backend instead of unwinding into C.
 ///
 /// The other SQL functions keep pgrx's wrapper; `next_shard_id(seq)` (the Citus form) too.
@@ -141,17 +141,16 @@ fn issue(seq: pg_sys::Oid, shard: i64, epoch: i64) -> i64 {
 
 /// The id for `value`, just drawn from sequence `seq`: the guard gives the millisecond. `shard`
 /// is checked. Runs outside pgrx's guard in `next_shard_id_wrapper`, so whatever can raise an
-/// ERROR goes through `errors::guarded` (in `guard_table::issue_ms_unguarded` and here).
+/// ERROR goes through `errors::guarded` (in `guard_table::issue_ms` and here).
 #[inline]
 fn id_of(seq: pg_sys::Oid, shard: i64, value: i64, epoch: i64) -> i64 {
     let remainder = seq_field(value);
     // SAFETY: a backend global, set once at connection.
     let database = unsafe { pg_sys::MyDatabaseId };
     let key = slot_key(database.to_u32(), seq.to_u32());
-    let ms =
-        guard_table::issue_ms_unguarded(key, remainder as u16, settings::overflow(), epoch, || {
-            clock::now_since_epoch(epoch)
-        });
+    let ms = guard_table::issue_ms(key, remainder as u16, settings::overflow(), epoch, || {
+        clock::now_since_epoch(epoch)
+    });
     let parts = IdParts {
         ms,
         shard,

@@ -149,39 +149,15 @@ pub fn usage() -> Usage {
 /// Errors: 55000 when the epoch moved later than the recorded one; 22008 when the clock is before
 /// the epoch or the id would pass the horizon (naming the lease file when it is the cause);
 /// 58030 when the lease file cannot be written.
-pub fn issue_ms(
-    key: SlotKey,
-    remainder: u16,
-    overflow: Overflow,
-    epoch_unix_ms: i64,
-    clock: impl Fn() -> i64,
-) -> i64 {
-    let refused = REFUSED_EPOCH.load(Ordering::Relaxed);
-    if refused != i64::MIN {
-        epoch_moved_later(refused, epoch_unix_ms);
-    }
-    with_table(|table| {
-        let decision = decide(table, key, remainder, overflow, &clock);
-        settle(
-            table,
-            decision,
-            key,
-            remainder,
-            overflow,
-            epoch_unix_ms,
-            &clock,
-        )
-    })
-}
-
-/// [`issue_ms`] for a caller outside pgrx's guard: `next_shard_id(seq, shard)`'s entry point
-/// (see `generate`), where an ERROR must not pass through Rust code with destructors. The common
-/// case, an id in the clock's millisecond or in a lead the lease already covers, is decided here
-/// by plain Rust that never calls into PostgreSQL and never raises an error. Anything else
-/// (waiting, a clock-step WARNING, writing the lease, an error, a table not made yet) is finished
-/// by `issue_ms`'s own code inside pgrx's guard, from the decision already taken.
+///
+/// Callable outside pgrx's guard: `next_shard_id(seq, shard)`'s entry point (see `generate`),
+/// where an ERROR must not pass through Rust code with destructors, calls it so. The common case,
+/// an id in the clock's millisecond or in a lead the lease already covers, is decided here by
+/// plain Rust that never calls into PostgreSQL and never raises an error. Anything else (waiting,
+/// a clock-step WARNING, writing the lease, an error, a table not made yet) is finished by
+/// [`issue_ms_slowly`] inside pgrx's guard, from the decision already taken if there is one.
 #[inline]
-pub fn issue_ms_unguarded(
+pub fn issue_ms(
     key: SlotKey,
     remainder: u16,
     overflow: Overflow,
@@ -204,23 +180,43 @@ pub fn issue_ms_unguarded(
             other => Err(other),
         }
     });
-    match quick {
-        Some(Ok(ms)) => ms,
-        Some(Err(decision)) => crate::errors::guarded(|| {
-            with_table(|table| {
-                settle(
-                    table,
-                    decision,
-                    key,
-                    remainder,
-                    overflow,
-                    epoch_unix_ms,
-                    &clock,
-                )
-            })
-        }),
-        None => crate::errors::guarded(|| issue_ms(key, remainder, overflow, epoch_unix_ms, clock)),
+    let decided = match quick {
+        Some(Ok(ms)) => return ms,
+        Some(Err(decision)) => Some(decision),
+        None => None,
+    };
+    crate::errors::guarded(|| {
+        issue_ms_slowly(decided, key, remainder, overflow, epoch_unix_ms, clock)
+    })
+}
+
+/// [`issue_ms`]'s uncommon cases, inside pgrx's guard: raises a refused epoch's error, makes the
+/// session table if need be, decides unless `decided` holds the decision already taken (on the
+/// same table), and carries the decision out.
+fn issue_ms_slowly(
+    decided: Option<Result<Decision, LayoutError>>,
+    key: SlotKey,
+    remainder: u16,
+    overflow: Overflow,
+    epoch_unix_ms: i64,
+    clock: impl Fn() -> i64,
+) -> i64 {
+    let refused = REFUSED_EPOCH.load(Ordering::Relaxed);
+    if refused != i64::MIN {
+        epoch_moved_later(refused, epoch_unix_ms);
     }
+    with_table(|table| {
+        let decision = decided.unwrap_or_else(|| decide(table, key, remainder, overflow, &clock));
+        settle(
+            table,
+            decision,
+            key,
+            remainder,
+            overflow,
+            epoch_unix_ms,
+            &clock,
+        )
+    })
 }
 
 /// The table, when it is there and ids are not refused; `None` sends the caller to [`issue_ms`],
