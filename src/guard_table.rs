@@ -155,7 +155,7 @@ pub fn usage() -> Usage {
 /// an id in the clock's millisecond or in a lead the lease already covers, is decided here by
 /// plain Rust that never calls into PostgreSQL and never raises an error. Anything else (waiting,
 /// a clock-step WARNING, writing the lease, an error, a table not made yet) is finished by
-/// [`issue_ms_slowly`] inside pgrx's guard, from the decision already taken if there is one.
+/// [`Draw::issue_slowly`] inside pgrx's guard, from the decision already taken if there is one.
 #[inline]
 pub fn issue_ms(
     key: SlotKey,
@@ -164,63 +164,102 @@ pub fn issue_ms(
     epoch_unix_ms: i64,
     clock: impl Fn() -> i64,
 ) -> i64 {
-    let quick = with_ready_table(|table| {
-        let decision = decide(table, key, remainder, overflow, &clock);
-        match decision {
-            Ok(Decision::Issue {
-                ms,
-                clock: now,
-                clock_stepped_back_by: None,
-            }) if ms <= now + UNLEASED_LEAD_MS
-                || !is_cluster()
-                || table.lease().load(Ordering::Acquire) >= ms + epoch_unix_ms =>
-            {
-                Ok(ms)
-            }
-            other => Err(other),
+    let draw = Draw {
+        key,
+        remainder,
+        overflow,
+        epoch_unix_ms,
+        clock,
+    };
+    let quick = with_ready_table(|table| match draw.decide(table) {
+        Ok(Decision::Issue {
+            ms,
+            clock: now,
+            clock_stepped_back_by: None,
+        }) if ms <= now + UNLEASED_LEAD_MS
+            || !is_cluster()
+            || table.lease().load(Ordering::Acquire) >= ms + epoch_unix_ms =>
+        {
+            Ok(ms)
         }
+        other => Err(other),
     });
     let decided = match quick {
         Some(Ok(ms)) => return ms,
         Some(Err(decision)) => Some(decision),
         None => None,
     };
-    crate::errors::guarded(|| {
-        issue_ms_slowly(decided, key, remainder, overflow, epoch_unix_ms, clock)
-    })
+    crate::errors::guarded(|| draw.issue_slowly(decided))
 }
 
-/// [`issue_ms`]'s uncommon cases, inside pgrx's guard: raises a refused epoch's error, makes the
-/// session table if need be, decides unless `decided` holds the decision already taken (on the
-/// same table), and carries the decision out.
-fn issue_ms_slowly(
-    decided: Option<Result<Decision, LayoutError>>,
+/// What one call of [`issue_ms`] asks the guard for: a millisecond for `remainder` of sequence
+/// `key`, under `overflow`, with `clock` reading ms since the epoch that starts at
+/// `epoch_unix_ms`. Carried whole through the uncommon cases, which may decide again.
+struct Draw<C> {
     key: SlotKey,
     remainder: u16,
     overflow: Overflow,
     epoch_unix_ms: i64,
-    clock: impl Fn() -> i64,
-) -> i64 {
-    let refused = REFUSED_EPOCH.load(Ordering::Relaxed);
-    if refused != i64::MIN {
-        epoch_moved_later(refused, epoch_unix_ms);
-    }
-    with_table(|table| {
-        let decision = decided.unwrap_or_else(|| decide(table, key, remainder, overflow, &clock));
-        settle(
-            table,
-            decision,
-            key,
-            remainder,
-            overflow,
-            epoch_unix_ms,
-            &clock,
-        )
-    })
+    clock: C,
 }
 
-/// The table, when it is there and ids are not refused; `None` sends the caller to [`issue_ms`],
-/// which makes the session table or raises the error. Never calls into PostgreSQL.
+impl<C: Fn() -> i64> Draw<C> {
+    /// The guard's decision, in the slot this backend last used for `key` (or a slot found or
+    /// claimed now). Plain Rust: no call into PostgreSQL, no error raised.
+    #[inline]
+    fn decide(&self, table: &SlotTable) -> Result<Decision, LayoutError> {
+        let cached = cached_slot(self.key);
+        let (index, decision) =
+            table.issue(cached, self.key, self.remainder, self.overflow, &self.clock);
+        if cached != Some(index) {
+            remember_slot(self.key, index);
+        }
+        decision
+    }
+
+    /// [`issue_ms`]'s uncommon cases, inside pgrx's guard: raises a refused epoch's error, makes
+    /// the session table if need be, decides unless `decided` holds the decision already taken
+    /// (on the same table), and carries the decision out.
+    fn issue_slowly(&self, decided: Option<Result<Decision, LayoutError>>) -> i64 {
+        let refused = REFUSED_EPOCH.load(Ordering::Relaxed);
+        if refused != i64::MIN {
+            epoch_moved_later(refused, self.epoch_unix_ms);
+        }
+        with_table(|table| {
+            let decision = decided.unwrap_or_else(|| self.decide(table));
+            self.settle(table, decision)
+        })
+    }
+
+    /// Carries out a decision: raises its error, or warns of a clock step and covers a lead by
+    /// the lease before returning the millisecond, or waits and decides again.
+    fn settle(&self, table: &SlotTable, mut decision: Result<Decision, LayoutError>) -> i64 {
+        loop {
+            match decision.unwrap_or_else(|e| layout_error(e, table, self.epoch_unix_ms)) {
+                Decision::Issue {
+                    ms,
+                    clock: now,
+                    clock_stepped_back_by,
+                } => {
+                    if let Some(step) = clock_stepped_back_by {
+                        warn_clock_step(self.key, step, ms);
+                    }
+                    if ms > now + UNLEASED_LEAD_MS && is_cluster() {
+                        cover_by_lease(table, ms + self.epoch_unix_ms, self.epoch_unix_ms);
+                    }
+                    return ms;
+                }
+                Decision::WaitUntilPast(ms) => {
+                    wait_until_past(ms, &self.clock);
+                    decision = self.decide(table);
+                }
+            }
+        }
+    }
+}
+
+/// The table, when it is there and ids are not refused; `None` sends the caller to
+/// [`Draw::issue_slowly`], which makes the session table or raises the error. Never calls into PostgreSQL.
 #[inline]
 fn with_ready_table<R>(f: impl FnOnce(&SlotTable) -> R) -> Option<R> {
     if REFUSED_EPOCH.load(Ordering::Relaxed) != i64::MIN {
@@ -235,58 +274,6 @@ fn with_ready_table<R>(f: impl FnOnce(&SlotTable) -> R) -> Option<R> {
         return None;
     }
     SESSION.get().map(|owned| f(owned.table()))
-}
-
-/// The guard's decision for `remainder`, in the slot this backend last used for `key` (or a slot
-/// found or claimed now). Plain Rust: no call into PostgreSQL, no error raised.
-#[inline]
-fn decide(
-    table: &SlotTable,
-    key: SlotKey,
-    remainder: u16,
-    overflow: Overflow,
-    clock: &impl Fn() -> i64,
-) -> Result<Decision, LayoutError> {
-    let cached = cached_slot(key);
-    let (index, decision) = table.issue(cached, key, remainder, overflow, clock);
-    if cached != Some(index) {
-        remember_slot(key, index);
-    }
-    decision
-}
-
-/// Carries out a decision: raises its error, or warns of a clock step and covers a lead by the
-/// lease before returning the millisecond, or waits and decides again.
-fn settle(
-    table: &SlotTable,
-    mut decision: Result<Decision, LayoutError>,
-    key: SlotKey,
-    remainder: u16,
-    overflow: Overflow,
-    epoch_unix_ms: i64,
-    clock: &impl Fn() -> i64,
-) -> i64 {
-    loop {
-        match decision.unwrap_or_else(|e| layout_error(e, table, epoch_unix_ms)) {
-            Decision::Issue {
-                ms,
-                clock: now,
-                clock_stepped_back_by,
-            } => {
-                if let Some(step) = clock_stepped_back_by {
-                    warn_clock_step(key, step, ms);
-                }
-                if ms > now + UNLEASED_LEAD_MS && is_cluster() {
-                    cover_by_lease(table, ms + epoch_unix_ms, epoch_unix_ms);
-                }
-                return ms;
-            }
-            Decision::WaitUntilPast(ms) => {
-                wait_until_past(ms, clock);
-                decision = decide(table, key, remainder, overflow, clock);
-            }
-        }
-    }
 }
 
 /// The guard is as far ahead of the clock as its policy allows and its millisecond has no room
