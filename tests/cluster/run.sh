@@ -63,7 +63,7 @@ test_clock_step_back() {
     for preload in yes no; do
         guard="$([ "$preload" = yes ] && echo cluster || echo session)"
         label="clock step ($guard guard)"
-        say "the clock steps back 5 s in the middle of a stream (test clock, $label)"
+        say "the clock steps back 5 s in the middle of a stream (test clock, $guard guard)"
         start_cluster clock "$preload"
         setup_db ""
         psql -X -q -v ON_ERROR_STOP=1 >/dev/null 2>"$PGHOST/step.err" <<'SQL'
