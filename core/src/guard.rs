@@ -225,6 +225,29 @@ impl GuardState {
     }
 }
 
+/// Waits, for a [`Decision::WaitUntilPast`]`(target)`, until a clock reading passes `target`, or
+/// until the clock steps back. A step back ends the wait at once: asked again, the guard sees the
+/// step and moves on without waiting (recovering), as for any other step; waiting for a clock that
+/// went back an hour would take the hour. `pause(ms_left)` runs between readings (the extension
+/// checks for interrupts there, and spins or sleeps by how far the target is). Returns the last
+/// reading.
+pub fn wait_until_past(
+    target: i64,
+    mut clock: impl FnMut() -> i64,
+    mut pause: impl FnMut(i64),
+) -> i64 {
+    let mut previous = clock();
+    while previous <= target {
+        pause(target - previous);
+        let now = clock();
+        if now < previous {
+            return now;
+        }
+        previous = now;
+    }
+    previous
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -559,5 +582,59 @@ mod tests {
                 prop_assert!(ms == clock || ms == clock + 1, "ms {} with the clock at {}", ms, clock);
             }
         }
+    }
+
+    #[test]
+    fn a_wait_ends_when_the_clock_steps_back_and_the_guard_moves_on_at_once() {
+        // `wait` after `borrow` left the guard 5 ms ahead: the call must wait for the clock...
+        const T: i64 = 10_000_000;
+        let mut g = GuardState::new();
+        for r in 0..5 * 1024u32 {
+            g.issue(T, (r % 1024) as u16, Overflow::Borrow).unwrap();
+        }
+        let ahead = g.last_ms().unwrap();
+        assert_eq!(ahead, T + 4);
+        let target = match g.issue(T, 0, Overflow::Wait).unwrap() {
+            Decision::WaitUntilPast(ms) => ms,
+            other => panic!("{other:?}"),
+        };
+        // ...then, 3 readings into the wait, NTP steps the clock back an hour
+        let readings = std::cell::Cell::new(0);
+        let clock = || {
+            readings.set(readings.get() + 1);
+            if readings.get() < 3 {
+                T
+            } else {
+                T - 3_600_000
+            }
+        };
+        let mut pauses = 0;
+        let now = wait_until_past(target, clock, |_| {
+            pauses += 1;
+            assert!(pauses < 1_000, "still waiting an hour-long step out");
+        });
+        assert!(pauses < 10, "waited {pauses} rounds after the step");
+        match g.issue(now, 0, Overflow::Wait).unwrap() {
+            Decision::Issue {
+                ms,
+                clock_stepped_back_by: Some(_),
+                ..
+            } => assert_eq!(ms, ahead + 1),
+            other => panic!("expected an id after the step, got {other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_wait_ends_when_the_clock_passes_the_target() {
+        let mut t = 0;
+        let now = wait_until_past(
+            5,
+            || {
+                t += 1;
+                t
+            },
+            |left| assert!(left >= 0),
+        );
+        assert_eq!(now, 6);
     }
 }

@@ -1,12 +1,20 @@
-//! The lease: how far ahead of the clock ids may have been issued, and the epoch they were made
-//! with, kept in a file so that both survive a restart or a crash.
+//! The lease: a millisecond that no id of this server is above, and the epoch the ids were made
+//! with, kept durably so that both survive a restart, a crash, a failover or a restore.
 //!
-//! `borrow` (and recovery from a clock step) issues milliseconds ahead of the clock. The guard's
-//! memory is lost when the server restarts; if the restart takes less time than that lead, a fresh
-//! guard would issue those milliseconds again. So before an id ahead of the clock is returned, its
-//! millisecond must be covered by the lease: a Unix-ms value written and fsynced to a file, in steps
-//! of [`LEASE_STEP_MS`] so that a bulk load costs one write per ten seconds of lead. At start-up the
-//! value becomes the floor under every fresh guard ([`plan_start`]).
+//! **No id is ever issued above the lease.** The guard's memory is lost when the server restarts,
+//! and the clock it restarts with may be anywhere (an hour behind after NTP corrected it, seconds
+//! behind the ids `borrow` issued ahead of it). So before an id is returned, its millisecond must
+//! be covered: the lease is extended *ahead of use*, [`LEASE_STEP_MS`] past the millisecond that
+//! needed it, the way a sequence logs values ahead. One durable write per step, never per id: at
+//! the layout's full rate that is one write per second. At start-up the lease plus one becomes
+//! the floor under every fresh guard ([`plan_start`]), so new ids start strictly above every id
+//! issued before, whatever the clock did meanwhile. The price: after a restart quicker than one
+//! step, ids may start up to [`LEASE_STEP_MS`] ahead of the clock (plus any lead they had).
+//!
+//! The server keeps the lease in two places, written in this order before the new value is used:
+//! this file in the data directory (what a restart reads first), then a WAL record (what crash
+//! recovery, a standby's replay, a promotion and point-in-time recovery replay; see the extension's
+//! `lease` module). [`replay`] merges a replayed record into the file.
 //!
 //! The file is one line, `pg_shard_id lease <unix ms> epoch <unix ms> check <fnv-1a 64>`, replaced
 //! whole (write a temporary file, fsync, rename, fsync the directory), so a crash leaves the old or
@@ -24,8 +32,13 @@ use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicI64, Ordering};
 use std::time::UNIX_EPOCH;
 
-/// How far past the requested millisecond one extension of the lease reaches.
-pub const LEASE_STEP_MS: i64 = 10_000;
+/// How far past the millisecond that needed it one extension of the lease reaches (1 s).
+///
+/// Why 1 s: it bounds how far ahead of the clock ids may start after a restart that took less than
+/// a second (none does in practice: PostgreSQL's own crash restart takes longer here), and it
+/// costs one file write, one WAL record and one WAL flush per second of ids at the clock, which
+/// the benchmark does not see. A longer step would only save writes that cost nothing measurable.
+pub const LEASE_STEP_MS: i64 = 1_000;
 
 /// What the lease file records.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -34,6 +47,29 @@ pub struct Record {
     pub lease_unix_ms: i64,
     /// The epoch the ids were made with (Unix ms); `None` in files written by 0.1.0.
     pub epoch_unix_ms: Option<i64>,
+}
+
+impl Record {
+    /// The record's bytes in a WAL record: the lease and the epoch (`i64::MIN`: none), each
+    /// little-endian.
+    pub fn to_wal_bytes(&self) -> [u8; 16] {
+        let mut bytes = [0; 16];
+        bytes[..8].copy_from_slice(&self.lease_unix_ms.to_le_bytes());
+        bytes[8..].copy_from_slice(&self.epoch_unix_ms.unwrap_or(i64::MIN).to_le_bytes());
+        bytes
+    }
+
+    /// The record in a WAL record's bytes; `None` unless they are exactly what
+    /// [`Record::to_wal_bytes`] writes.
+    pub fn from_wal_bytes(bytes: &[u8]) -> Option<Record> {
+        let bytes: &[u8; 16] = bytes.try_into().ok()?;
+        let lease_unix_ms = i64::from_le_bytes(bytes[..8].try_into().ok()?);
+        let epoch = i64::from_le_bytes(bytes[8..].try_into().ok()?);
+        Some(Record {
+            lease_unix_ms,
+            epoch_unix_ms: (epoch != i64::MIN).then_some(epoch),
+        })
+    }
 }
 
 /// What [`read`] found.
@@ -153,31 +189,70 @@ fn write_locked(path: &Path, record: &Record) -> io::Result<()> {
     File::open(dir)?.sync_all()
 }
 
-/// Makes sure the lease in `path` covers `unix_ms`. `reserved` caches the value written (shared by
-/// every process of the server), so the file is touched only when the lease must grow.
+/// Makes sure the lease covers `unix_ms`: if `reserved` (the lease in force, shared by every
+/// process of the server) is below it, writes a lease [`LEASE_STEP_MS`] past it to the file at
+/// `path`, then hands the same record to `log` (the server writes and flushes its WAL record
+/// there), and only then publishes it in `reserved`. Nobody may issue an id above `reserved`, so
+/// every id is covered by the file and by the WAL before it exists. Returns whether it wrote.
+///
+/// The order matters for a crash in between: a lease in the file but not yet in the WAL was not
+/// published, so no id used it; a checkpoint can never make the WAL record the only copy.
 pub fn cover(
     path: &Path,
     reserved: &AtomicI64,
     unix_ms: i64,
     epoch_unix_ms: i64,
-) -> io::Result<()> {
+    log: impl FnOnce(&Record) -> io::Result<()>,
+) -> io::Result<bool> {
     if reserved.load(Ordering::Acquire) >= unix_ms {
-        return Ok(());
+        return Ok(false);
     }
     let _lock = lock_writers(path)?;
     if reserved.load(Ordering::Acquire) >= unix_ms {
-        return Ok(()); // another process grew it while we waited for the lock
+        return Ok(false); // another process grew it while we waited for the lock
     }
-    let lease = unix_ms.saturating_add(LEASE_STEP_MS);
-    write_locked(
-        path,
-        &Record {
-            lease_unix_ms: lease,
-            epoch_unix_ms: Some(epoch_unix_ms),
+    let record = Record {
+        lease_unix_ms: unix_ms.saturating_add(LEASE_STEP_MS),
+        epoch_unix_ms: Some(epoch_unix_ms),
+    };
+    write_locked(path, &record)?;
+    log(&record)?;
+    reserved.store(record.lease_unix_ms, Ordering::Release);
+    Ok(true)
+}
+
+/// What the file must hold after a WAL record `replayed` (crash recovery, a standby, a restore):
+/// the higher lease, and the earlier epoch (an epoch may only ever move earlier, so the earliest
+/// one recorded is the one the newest ids were made with). `None`: the file already holds it.
+pub fn replay(found: &Found, replayed: Record) -> Option<Record> {
+    let Found::Record(current) = found else {
+        return Some(replayed);
+    };
+    let merged = Record {
+        lease_unix_ms: current.lease_unix_ms.max(replayed.lease_unix_ms),
+        epoch_unix_ms: match (current.epoch_unix_ms, replayed.epoch_unix_ms) {
+            (Some(a), Some(b)) => Some(a.min(b)),
+            (a, b) => a.or(b),
         },
-    )?;
-    reserved.store(lease, Ordering::Release);
-    Ok(())
+    };
+    (merged != *current).then_some(merged)
+}
+
+/// Replaces the file with `record` under the writers' lock, if [`replay`] says it must change.
+/// Returns the record the file holds afterwards.
+pub fn write_replayed(path: &Path, replayed: Record) -> io::Result<Record> {
+    let _lock = lock_writers(path)?;
+    let found = read(path);
+    match replay(&found, replayed) {
+        Some(merged) => {
+            write_locked(path, &merged)?;
+            Ok(merged)
+        }
+        None => match found {
+            Found::Record(current) => Ok(current),
+            _ => unreachable!("replay returns a record unless the file holds one"),
+        },
+    }
 }
 
 /// How loud a start-up message is.
@@ -190,7 +265,8 @@ pub enum Level {
 /// What a starting server does with the lease it found.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Start {
-    /// Fresh guards start at or above this (Unix ms); `None`: at the clock.
+    /// Fresh guards start at or above this (Unix ms), one past the lease: every id issued before
+    /// is at or below the lease. `None`: at the clock.
     pub floor_unix_ms: Option<i64>,
     /// The lease value in force after start-up (Unix ms), for the shared `reserved` cache.
     pub lease_unix_ms: i64,
@@ -208,7 +284,7 @@ pub struct Start {
 ///
 /// * no file: no floor; the epoch is recorded (with a lease at the epoch itself, which holds
 ///   nothing back: the lease never holds a millisecond that no clock reading or lead produced);
-/// * a record with the same epoch: its lease is the floor;
+/// * a record with the same epoch: the floor is one past its lease (ids may exist *at* the lease);
 /// * a record with a later epoch than the configured one: the configured epoch is *earlier*, so
 ///   every new id sorts above every old one; allowed, logged, and the new epoch is recorded;
 /// * a record with an earlier epoch: the configured epoch is *later*, so new ids could repeat old
@@ -233,7 +309,7 @@ pub fn plan_start(found: Found, epoch_unix_ms: i64, now_unix_ms: i64) -> Start {
     match found {
         Found::Missing => start.write = Some(record(epoch_unix_ms)),
         Found::Record(found) => {
-            start.floor_unix_ms = Some(found.lease_unix_ms);
+            start.floor_unix_ms = Some(found.lease_unix_ms.saturating_add(1));
             start.lease_unix_ms = found.lease_unix_ms;
             match found.epoch_unix_ms {
                 Some(recorded) if recorded == epoch_unix_ms => {}
@@ -398,22 +474,35 @@ mod tests {
     fn cover_grows_in_steps_and_records_the_epoch() {
         let path = temp_path("grow");
         let reserved = AtomicI64::new(i64::MIN);
-        cover(&path, &reserved, 1_000, EPOCH).unwrap();
+        let logged = std::cell::RefCell::new(Vec::new());
+        let log = |r: &Record| {
+            logged.borrow_mut().push(*r);
+            Ok(())
+        };
+        assert!(cover(&path, &reserved, 1_000, EPOCH, log).unwrap());
         assert_eq!(
             read(&path),
             Found::Record(record(1_000 + LEASE_STEP_MS, EPOCH))
         );
         // inside the lease: nothing is written
         std::fs::write(&path, "garbage").unwrap();
-        cover(&path, &reserved, 5_000, EPOCH).unwrap();
+        assert!(!cover(&path, &reserved, 1_000 + LEASE_STEP_MS, EPOCH, log).unwrap());
         assert!(
             matches!(read(&path), Found::Damaged { .. }),
             "a covered millisecond must not touch the file"
         );
-        cover(&path, &reserved, 20_000, EPOCH).unwrap();
+        assert!(cover(&path, &reserved, 20_000, EPOCH, log).unwrap());
         assert_eq!(
             read(&path),
             Found::Record(record(20_000 + LEASE_STEP_MS, EPOCH))
+        );
+        assert_eq!(
+            *logged.borrow(),
+            vec![
+                record(1_000 + LEASE_STEP_MS, EPOCH),
+                record(20_000 + LEASE_STEP_MS, EPOCH)
+            ],
+            "every write is logged, with the same record"
         );
     }
 
@@ -426,7 +515,7 @@ mod tests {
                 let (path, reserved) = (path.clone(), reserved.clone());
                 std::thread::spawn(move || {
                     for i in 0..50 {
-                        cover(&path, &reserved, i * 20_000 + t, EPOCH).unwrap();
+                        cover(&path, &reserved, i * 20_000 + t, EPOCH, |_| Ok(())).unwrap();
                     }
                 })
             })
@@ -451,7 +540,7 @@ mod tests {
     #[test]
     fn a_record_with_the_same_epoch_is_the_floor() {
         let s = plan_start(Found::Record(record(NOW + 5_000, EPOCH)), EPOCH, NOW);
-        assert_eq!(s.floor_unix_ms, Some(NOW + 5_000));
+        assert_eq!(s.floor_unix_ms, Some(NOW + 5_001));
         assert_eq!(s.lease_unix_ms, NOW + 5_000);
         assert_eq!(s.write, None);
         assert!(s.messages.is_empty());
@@ -478,7 +567,7 @@ mod tests {
         let earlier = EPOCH - 86_400_000;
         let s = plan_start(Found::Record(record(NOW, EPOCH)), earlier, NOW);
         assert_eq!(s.refused_epoch_unix_ms, None);
-        assert_eq!(s.floor_unix_ms, Some(NOW));
+        assert_eq!(s.floor_unix_ms, Some(NOW + 1));
         assert_eq!(s.write, Some(record(NOW, earlier)));
         assert_eq!(s.messages[0].0, Level::Log);
     }
@@ -490,7 +579,7 @@ mod tests {
             epoch_unix_ms: None,
         });
         let s = plan_start(found, EPOCH, NOW);
-        assert_eq!(s.floor_unix_ms, Some(NOW));
+        assert_eq!(s.floor_unix_ms, Some(NOW + 1));
         assert_eq!(s.write, Some(record(NOW, EPOCH)));
     }
 
@@ -521,12 +610,104 @@ mod tests {
     fn a_lease_past_the_horizon_or_far_ahead_is_kept_and_warned_about() {
         let year_2100 = 4_102_444_800_000;
         let s = plan_start(Found::Record(record(year_2100, EPOCH)), EPOCH, NOW);
-        assert_eq!(s.floor_unix_ms, Some(year_2100), "never silently dropped");
+        assert_eq!(s.floor_unix_ms, Some(year_2100 + 1), "never silently dropped");
         assert!(s.messages.iter().any(|(_, m)| m.contains("22008")));
         let s = plan_start(Found::Record(record(NOW + 86_400_000, EPOCH)), EPOCH, NOW);
         assert!(s
             .messages
             .iter()
             .any(|(_, m)| m.contains("ahead of the clock")));
+    }
+
+    #[test]
+    fn a_restart_never_issues_at_the_leased_millisecond() {
+        // Ids may exist at the lease's own millisecond (with any remainder): a guard that started
+        // *at* it with an empty set of used remainders would repeat them. 0.3.0 did.
+        use crate::guard::{GuardState, Overflow};
+        let lease = NOW + 2_000;
+        let s = plan_start(Found::Record(record(lease, EPOCH)), EPOCH, NOW);
+        let floor = s.floor_unix_ms.unwrap() - EPOCH;
+        let mut guard = GuardState::with_floor(floor);
+        for remainder in 0..1024u16 {
+            for now in [NOW - EPOCH, lease - EPOCH, lease - EPOCH + 1] {
+                match guard.issue(now, remainder, Overflow::Wait).unwrap() {
+                    crate::guard::Decision::Issue { ms, .. } => {
+                        assert!(ms > lease - EPOCH, "issued {ms} at or below the lease")
+                    }
+                    other => panic!("{other:?}"),
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn a_failed_log_publishes_nothing() {
+        let path = temp_path("failed_log");
+        let reserved = AtomicI64::new(5);
+        let err = cover(&path, &reserved, 1_000, EPOCH, |_| {
+            Err(io::Error::other("no WAL"))
+        });
+        assert!(err.is_err());
+        assert_eq!(
+            reserved.load(Ordering::Relaxed),
+            5,
+            "an unlogged lease must not be used"
+        );
+    }
+
+    #[test]
+    fn wal_bytes_round_trip_and_reject_other_sizes() {
+        for r in [
+            record(NOW, EPOCH),
+            Record {
+                lease_unix_ms: -1,
+                epoch_unix_ms: None,
+            },
+        ] {
+            assert_eq!(Record::from_wal_bytes(&r.to_wal_bytes()), Some(r));
+        }
+        assert_eq!(Record::from_wal_bytes(&[0; 15]), None);
+        assert_eq!(Record::from_wal_bytes(&[0; 17]), None);
+    }
+
+    #[test]
+    fn replay_keeps_the_higher_lease_and_the_earlier_epoch() {
+        let earlier = EPOCH - 86_400_000;
+        assert_eq!(
+            replay(&Found::Missing, record(NOW, EPOCH)),
+            Some(record(NOW, EPOCH))
+        );
+        let damaged = Found::Damaged {
+            why: "x".into(),
+            modified_unix_ms: None,
+        };
+        assert_eq!(
+            replay(&damaged, record(NOW, EPOCH)),
+            Some(record(NOW, EPOCH))
+        );
+        let file = Found::Record(record(NOW, EPOCH));
+        assert_eq!(replay(&file, record(NOW - 1, EPOCH)), None, "nothing to do");
+        assert_eq!(
+            replay(&file, record(NOW + 1, EPOCH)),
+            Some(record(NOW + 1, EPOCH))
+        );
+        assert_eq!(
+            replay(&file, record(NOW - 1, earlier)),
+            Some(record(NOW, earlier))
+        );
+        assert_eq!(
+            replay(&Found::Record(record(NOW, earlier)), record(NOW + 5, EPOCH)),
+            Some(record(NOW + 5, earlier))
+        );
+        let path = temp_path("replayed");
+        assert_eq!(
+            write_replayed(&path, record(NOW, EPOCH)).unwrap(),
+            record(NOW, EPOCH)
+        );
+        assert_eq!(
+            write_replayed(&path, record(NOW - 10, EPOCH)).unwrap(),
+            record(NOW, EPOCH)
+        );
+        assert_eq!(read(&path), Found::Record(record(NOW, EPOCH)));
     }
 }
