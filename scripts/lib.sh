@@ -61,7 +61,7 @@ as_pg() {
 ensure_setup() {
     local sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
-    local pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo python3 python3-pip python3-venv unzip)
+    local pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo python3 python3-pip python3-venv unzip faketime)
     local missing=()
     # the client tests (tests/clients) need Node.js 18+ and npm; any install of them will do
     command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)
@@ -127,9 +127,16 @@ stop_clusters_at_exit() {
     trap 'for c in "${STARTED_CLUSTERS[@]}"; do stop_cluster "$c"; done' EXIT
 }
 
+# Environment for the postmaster of clusters started from now on, as NAME=VALUE words (the
+# lifecycle tests put libfaketime here). sudo drops LD_PRELOAD, so it is passed through env.
+CLUSTER_ENV=()
+
+# pg_ctl_as_pg ARGS: pg_ctl as the postgres user, with CLUSTER_ENV.
+pg_ctl_as_pg() { as_pg env "${CLUSTER_ENV[@]}" "$PG_BIN/pg_ctl" "$@"; }
+
 # start_cluster NAME [preload=yes|no] [extra postgresql.conf lines...]
 # (Re)creates a throwaway cluster in $RUN_DIR/NAME, owned by postgres, on a free port, and exports
-# PGHOST, PGPORT, PGUSER, PGDATABASE for psql/pgbench.
+# PGHOST, PGPORT, PGUSER, PGDATABASE for psql/pgbench. Returns pg_ctl's status.
 start_cluster() {
     local name="$1" preload="${2:-yes}"
     shift 2 || shift $#
@@ -152,8 +159,8 @@ start_cluster() {
         for line in "$@"; do echo "$line"; done
     } | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
     STARTED_CLUSTERS+=("$name")
-    as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null
     export PGHOST="$dir" PGPORT="$port" PGUSER=postgres PGDATABASE=postgres
+    pg_ctl_as_pg -D "$dir/data" -l "$dir/server.log" -w -t 60 start >/dev/null
 }
 
 # restart_cluster NAME [extra postgresql.conf lines...]: appends the lines (a later line wins) and
@@ -162,7 +169,7 @@ restart_cluster() {
     local dir="$RUN_DIR/$1"
     shift
     for line in "$@"; do echo "$line"; done | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
-    as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -l "$dir/server.log" -w -t 60 -m fast restart >/dev/null
+    pg_ctl_as_pg -D "$dir/data" -l "$dir/server.log" -w -t 60 -m fast restart >/dev/null
 }
 
 stop_cluster() {

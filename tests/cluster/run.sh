@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Cluster-level tests of the uniqueness guard: what needs several sessions, a crash and restart,
-# a server without the library preloaded, or the test clock. Each starts its own throwaway
-# cluster (scripts/lib.sh). Needs a test build installed (scripts/test.sh does that).
+# a server without the library preloaded, or the test clock; and (lifecycle.sh) failover, point-in-
+# time recovery and clocks moved under libfaketime. Each starts its own throwaway cluster
+# (scripts/lib.sh). Needs a test build installed (scripts/test.sh does that).
 # Ends with the line "N passed, M failed"; exits non-zero if any failed.
 source "$(dirname "$0")/../../scripts/lib.sh"
+source "$(dirname "$0")/lifecycle.sh"
 stop_clusters_at_exit
 
 SECONDS_CONCURRENT="${CONCURRENT_SECONDS:-20}"
@@ -343,7 +345,8 @@ test_adopt_under_load() {
 
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart
-    epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards adopt_under_load)
+    epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards adopt_under_load
+    failover_clock failover_borrow point_in_time_recovery boot_before_epoch fast_hour step_during_wait)
 for t in "${tests[@]}"; do "test_$t"; done
 echo
 echo "cluster: $PASSED passed, $FAILED failed"

@@ -1,0 +1,254 @@
+# The events a production database lives through, run for real: a synchronous standby promoted
+# after kill -9, point-in-time recovery from a base backup and a WAL archive, a server replaying
+# that WAL without the library, and clocks moved under libfaketime (a boot before the epoch, a
+# fast hour corrected by a step back and a crash, a step back during a wait).
+# Sourced by tests/cluster/run.sh, which has scripts/lib.sh loaded; each test_* function starts its
+# own clusters. Needs the test build (pg_shard_id.test_clock_offset_ms) and Debian's faketime.
+
+LIBFAKETIME="$(dpkg -L libfaketime 2>/dev/null | grep '/libfaketime.so.1$' || true)"
+
+# at NAME: point psql (PGHOST, PGPORT) at the cluster in $RUN_DIR/NAME.
+at() {
+    export PGHOST="$RUN_DIR/$1"
+    PGPORT="$(sed -n "s/^port = //p" "$RUN_DIR/$1/data/postgresql.conf" | tail -1)"
+    export PGPORT
+}
+wait_for() { # wait_for SECONDS SQL: until SQL returns t
+    local i
+    for i in $(seq $(($1 * 10))); do
+        [ "$(q -c "$2" 2>/dev/null)" = t ] && return 0
+        sleep 0.1
+    done
+    return 1
+}
+crash() { as_pg "$PG_BIN/pg_ctl" -D "$RUN_DIR/$1/data" -m immediate -w stop >/dev/null; }
+start_again() { pg_ctl_as_pg -D "$RUN_DIR/$1/data" -l "$RUN_DIR/$1/server.log" -w -t 60 start >/dev/null; }
+
+# standby_of PRIMARY NAME [postgresql.conf lines...]: a streaming standby made by pg_basebackup -R.
+standby_of() {
+    local primary="$1" name="$2" dir="$RUN_DIR/$2"
+    shift 2
+    stop_cluster "$name"
+    rm -rf "$dir" && mkdir -p "$dir" && chown postgres: "$dir"
+    at "$primary"
+    as_pg "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$dir/data" -R -X stream -c fast
+    {
+        echo "port = $(free_port)"
+        echo "unix_socket_directories = '$dir'"
+        for line in "$@"; do echo "$line"; done
+    } | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+    STARTED_CLUSTERS+=("$name")
+    start_again "$name"
+}
+
+lifecycle_db() { # the table of the scenarios: a primary key, so an equal id is a failed INSERT
+    q -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s" \
+      -c "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1), n bigserial)" \
+      -c "CREATE TABLE t_new (id bigint)"
+}
+newest_row() { q -c "SELECT shard_id_extract_timestamp(max(id)) FROM t"; }
+# draw_past_newest NEWEST [TEST_CLOCK_OFFSET_MS]: draws ids into t_new until this server's clock
+# (with the test clock's offset) passes NEWEST, the newest row of t
+draw_past_newest() {
+    local offset="${2:-0}"
+    q -c "SET statement_timeout = '60s'" -c "SET pg_shard_id.test_clock_offset_ms = $offset" \
+      -c "DO \$\$ BEGIN
+        WHILE clock_timestamp() + interval '$offset ms' <= '$1'::timestamptz LOOP
+            INSERT INTO t_new SELECT next_shard_id('s', 1) FROM generate_series(1, 20000);
+        END LOOP; END \$\$"
+}
+# the test clock offset that reads, now, 0.5 s before what a clock $1 ms fast read at $2 (date +%s%3N)
+same_time_again() { echo $(( $1 - ($(date +%s%3N) - $2) - 500 )); }
+equal_ids() { q -c "SELECT count(*) FROM t_new JOIN t USING (id)"; }
+all_above() { q -c "SELECT (SELECT min(id) FROM t_new) > (SELECT max(id) FROM t)"; }
+
+# Primary with a synchronous standby (remote_apply: every committed row is on the standby), a
+# lead, kill -9, promote. $1: how the lead is made:
+#   clock  - the primary's clock runs 20 s fast (the test clock), the standby's is right;
+#   borrow - two sessions run the sequence 3 s ahead of the clock with overflow = borrow.
+test_failover() {
+    local lead="$1" label="failover ($1 lead)"
+    say "a synchronous standby is promoted after kill -9 of its primary ($lead lead)"
+    start_cluster primary yes "pg_shard_id.overflow = borrow" "synchronous_commit = remote_apply"
+    lifecycle_db
+    standby_of primary standby
+    at primary
+    q -c "ALTER SYSTEM SET synchronous_standby_names = '*'" -c "SELECT pg_reload_conf()" >/dev/null
+    wait_for 30 "SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'" ||
+        echo "  the standby did not become synchronous"
+    local burst_start; burst_start="$(date +%s%3N)"
+    if [ "$lead" = clock ]; then
+        q -c "SET pg_shard_id.test_clock_offset_ms = 20000" \
+          -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 200000) g"
+    else
+        local run_ahead="DO \$\$ BEGIN
+            WHILE shard_id_extract_timestamp(next_shard_id('s', 1)) < clock_timestamp() + interval '3 s' LOOP
+                PERFORM count(next_shard_id('s', 1)) FROM generate_series(1, 200000);
+            END LOOP; END \$\$"
+        q -c "$run_ahead" & q -c "$run_ahead"
+        wait
+        q -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 200000) g"
+    fi
+    local newest ahead
+    newest="$(newest_row)"
+    ahead="$(q -c "SELECT round(extract(epoch FROM '$newest'::timestamptz - clock_timestamp()), 1)")"
+    echo "  200,000 rows on the primary, the newest $ahead s ahead of the clock"
+    crash primary
+    at standby
+    q -c "SELECT pg_promote()" >/dev/null
+    wait_for 30 "SELECT NOT pg_is_in_recovery()"
+    check "$label: every row reached the standby" "$(q -c "SELECT count(*) FROM t")" 200000
+    if [ "$lead" = clock ]; then # the new primary's clock reads what the old one read at the burst
+        draw_past_newest "$newest" "$(same_time_again 20000 "$burst_start")"
+    else
+        draw_past_newest "$newest"
+    fi
+    echo "  $(q -c "SELECT count(*) FROM t_new") ids drawn on the promoted standby"
+    check "$label: ids on the promoted standby equal to rows of the old primary" "$(equal_ids)" 0
+    check "$label: every new id is above every old row" "$(all_above)" t
+    if [ "$lead" = clock ]; then
+        # the old primary's data directory, started without the library: its crash recovery meets
+        # lease records it cannot replay
+        as_pg sed -i "s/^shared_preload_libraries = .*/shared_preload_libraries = ''/" "$RUN_DIR/primary/data/postgresql.conf"
+        local started=yes
+        start_again primary 2>/dev/null || started=no
+        check "WAL without the library: the server does not start" "$started" no
+        check "WAL without the library: the log names the resource manager and the fix" \
+            "$(grep -c 'resource manager with ID 211 not registered' "$RUN_DIR/primary/server.log"):$(grep -c 'HINT:.*shared_preload_libraries' "$RUN_DIR/primary/server.log")" 1:1
+        as_pg sed -i "s/^shared_preload_libraries = ''/shared_preload_libraries = 'pg_shard_id'/" "$RUN_DIR/primary/data/postgresql.conf"
+        started=yes
+        start_again primary || started=no
+        check "WAL without the library: with it preloaded again, recovery completes" "$started" yes
+    fi
+    stop_cluster standby
+    stop_cluster primary
+}
+
+test_failover_clock() { test_failover clock; }
+test_failover_borrow() { test_failover borrow; }
+
+test_point_in_time_recovery() {
+    say "point-in-time recovery: a base backup from before a lead, plus the WAL archive"
+    start_cluster pitr yes "archive_mode = on" "archive_command = 'cp %p $RUN_DIR/pitr/archive/%f'"
+    as_pg mkdir -p "$RUN_DIR/pitr/archive"
+    lifecycle_db
+    rm -rf "$RUN_DIR/pitr/base"
+    as_pg "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$RUN_DIR/pitr/base" -X stream -c fast
+    local burst_start; burst_start="$(date +%s%3N)"
+    q -c "SET pg_shard_id.test_clock_offset_ms = 20000" \
+      -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 200000) g"
+    local newest; newest="$(newest_row)"
+    local segment; segment="$(q -c "SELECT pg_walfile_name(pg_switch_wal())")"
+    wait_for 30 "SELECT last_archived_wal >= '$segment' FROM pg_stat_archiver" ||
+        echo "  $segment was not archived"
+    crash pitr
+    local dir="$RUN_DIR/restored"
+    stop_cluster restored
+    rm -rf "$dir" && mkdir -p "$dir" && chown postgres: "$dir"
+    as_pg cp -a "$RUN_DIR/pitr/base" "$dir/data"
+    {
+        echo "port = $(free_port)"
+        echo "unix_socket_directories = '$dir'"
+        echo "archive_mode = off"
+        echo "restore_command = 'cp $RUN_DIR/pitr/archive/%f %p'"
+    } | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+    as_pg touch "$dir/data/recovery.signal"
+    STARTED_CLUSTERS+=(restored)
+    start_again restored
+    at restored
+    wait_for 60 "SELECT NOT pg_is_in_recovery()"
+    check "PITR: the restore holds every row" "$(q -c "SELECT count(*) FROM t")" 200000
+    draw_past_newest "$newest" "$(same_time_again 20000 "$burst_start")"
+    echo "  $(q -c "SELECT count(*) FROM t_new") ids drawn until the clock passed the newest row"
+    check "PITR: ids of the restored server equal to restored rows" "$(equal_ids)" 0
+    check "PITR: every new id is above every restored row" "$(all_above)" t
+    stop_cluster restored
+}
+
+# libfaketime on the postmaster (and so on every backend): the clock is the real one plus the
+# offset written in $FAKE_FILE (re-read every second). Monotonic clocks are left alone.
+fake_clock() { echo "$1" >"$FAKE_FILE.tmp" && chmod 644 "$FAKE_FILE.tmp" && mv "$FAKE_FILE.tmp" "$FAKE_FILE"; }
+with_fake_clock() {
+    FAKE_FILE="$RUN_DIR/faketime"
+    fake_clock "${1:-+0}"
+    CLUSTER_ENV=(LD_PRELOAD="$LIBFAKETIME" FAKETIME_TIMESTAMP_FILE="$FAKE_FILE"
+        FAKETIME_CACHE_DURATION=1 DONT_FAKE_MONOTONIC=1)
+}
+no_fake_clock() { CLUSTER_ENV=(); }
+
+test_boot_before_epoch() {
+    say "the server boots with its clock before the epoch (2025-06-01), then NTP sets it"
+    with_fake_clock "-$(( $(date +%s) - $(date -d '2025-06-01 00:00:00Z' +%s) ))"
+    local started=yes
+    start_cluster early yes || started=no
+    check "boot before the epoch: PostgreSQL starts" "$started" yes
+    if [ "$started" = yes ]; then
+        check "boot before the epoch: the server's clock is in 2025" "$(q -c "SELECT extract(year FROM now())")" 2025
+        q -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s"
+        check "boot before the epoch: next_shard_id raises 22008" \
+            "$(error_of -c "SELECT next_shard_id('s', 1)" | grep -o 22008)" 22008
+        check "boot before the epoch: decoding works meanwhile" \
+            "$(q -c "SELECT shard_id_extract_shard(shard_id_from_parts('2026-02-01', 3, 0))")" 3
+        fake_clock "+0"
+        sleep 1.5
+        check "after NTP set the clock: next_shard_id works" \
+            "$(q -c "SELECT shard_id_extract_shard(next_shard_id('s', 4))")" 4
+    else
+        grep -m1 FATAL "$RUN_DIR/early/server.log" | sed 's/^/  /'
+    fi
+    stop_cluster early
+    no_fake_clock
+}
+
+test_fast_hour() {
+    say "the clock runs an hour fast, NTP steps it back, the server crashes, the hour is lived again"
+    with_fake_clock "+3600"
+    start_cluster fast yes
+    lifecycle_db
+    local burst_start; burst_start="$(date +%s.%N)"
+    q -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 300000) g"
+    local newest; newest="$(newest_row)"
+    echo "  300,000 rows up to $newest (the server's clock an hour fast)"
+    fake_clock "+0"
+    sleep 1.5
+    crash fast
+    start_again fast
+    # an hour later the clock reads what it read at the burst: start 1 s before it
+    fake_clock "+$(awk "BEGIN { print 3600 - ($(date +%s.%N) - $burst_start) - 1 }")"
+    sleep 1.5
+    draw_past_newest "$newest"
+    echo "  $(q -c "SELECT count(*) FROM t_new") ids drawn until the clock passed the newest row"
+    check "fast hour: new ids equal to rows of the hour before" "$(equal_ids)" 0
+    check "fast hour: every new id is above every old row" "$(all_above)" t
+    stop_cluster fast
+    no_fake_clock
+}
+
+test_step_during_wait() {
+    say "a session waits for the clock (wait after a borrow lead) and the clock steps back an hour"
+    with_fake_clock "+0"
+    start_cluster waiting yes "pg_shard_id.overflow = borrow"
+    lifecycle_db
+    q -c "DO \$\$ BEGIN
+        WHILE shard_id_extract_timestamp(next_shard_id('s', 1)) < clock_timestamp() + interval '4 s' LOOP
+            PERFORM count(next_shard_id('s', 1)) FROM generate_series(1, 200000);
+        END LOOP; END \$\$"
+    (sleep 0.5; fake_clock "-3600") &
+    local stepper=$! t0 t1 status=0
+    t0="$(date +%s%N)"
+    q -c "SET pg_shard_id.overflow = wait" -c "SET statement_timeout = '30s'" \
+      -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 5000) g" 2>"$RUN_DIR/waiting/wait.err" || status=$?
+    t1="$(date +%s%N)"
+    wait "$stepper"
+    local took_ms=$(( (t1 - t0) / 1000000 ))
+    echo "  the waiting INSERT took $took_ms ms; $(grep -c WARNING "$RUN_DIR/waiting/wait.err") WARNING"
+    check "step during a wait: the INSERT finished" "$status" 0
+    # the step is written 0.5 s in and seen within 1 s (libfaketime re-reads its file each second)
+    check "step during a wait: it stopped waiting at the step (< 3 s; the lead was 4 s)" \
+        "$([ "$took_ms" -lt 3000 ] && echo yes)" yes
+    check "step during a wait: one WARNING names the step" \
+        "$(grep -c 'stepped back by' "$RUN_DIR/waiting/wait.err")" 1
+    check "step during a wait: duplicates" "$(q -c "SELECT count(*) - count(DISTINCT id) FROM t")" 0
+    stop_cluster waiting
+    no_fake_clock
+}
