@@ -7,9 +7,9 @@
 //!   says so with a NOTICE and `pg_shard_id_info()` reports it.
 //!
 //! The shared table is sized by `pg_shard_id.max_sequences` and is created anew when the server
-//! (re)starts, including the restart after a backend crash. Ids issued ahead of the clock are first
-//! covered by the lease file `$PGDATA/pg_shard_id.lease` (see `pg_shard_id_core::lease`), whose
-//! value becomes the floor under the new table's guards, and which records the epoch.
+//! (re)starts, including the restart after a backend crash. Every id is first covered by the lease
+//! (`crate::lease`: a file and a WAL record), whose value plus one becomes the floor under the new
+//! table's guards, and which records the epoch.
 //!
 //! Why not pgrx's `PgLwLock` / `pg_shmem_init!`: they place a value of a fixed Rust type, known at
 //! compile time, in shared memory. The slot table's size comes from a setting
@@ -20,15 +20,13 @@
 use crate::settings;
 use pg_shard_id_core::guard::{Decision, Overflow};
 use pg_shard_id_core::layout::{LayoutError, MAX_MS};
-use pg_shard_id_core::lease::{self, Level};
 use pg_shard_id_core::slots::{sequence_of, OwnedSlotTable, SlotKey, SlotTable};
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use std::cell::RefCell;
 use std::collections::HashMap;
-use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 // Process-wide state. The postmaster sets it before it forks any backend (every platform pgrx
@@ -39,9 +37,6 @@ use std::sync::OnceLock;
 static SHARED_TABLE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// Set in `_PG_init` when loaded from `shared_preload_libraries`.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
-/// The epoch recorded in the lease file when the configured one is later (`i64::MIN`: none):
-/// ids are refused.
-static REFUSED_EPOCH: AtomicI64 = AtomicI64::new(i64::MIN);
 
 /// The per-session table, made on first use when the library was not preloaded. Statics here,
 /// not thread-locals: a backend is one thread, and a thread-local of a shared library costs a
@@ -101,15 +96,17 @@ pub fn mode() -> &'static str {
     }
 }
 
-/// A lead over the clock that needs no lease: `wait` runs up to 1 ms ahead, and no restart is that
-/// quick, so after one the clock is past such ids anyway.
-const UNLEASED_LEAD_MS: i64 = 1;
-
-/// The lease file, relative to the data directory (every server process runs there).
-const LEASE_FILE: &str = "pg_shard_id.lease";
-
 /// The named LWLock tranche that serialises creating the shared table.
 const TRANCHE: &std::ffi::CStr = c"pg_shard_id";
+
+/// The cluster-wide table, if this server has one (the library was preloaded and shared memory
+/// is set up).
+pub fn shared_table() -> Option<SlotTable> {
+    let mem = SHARED_TABLE.load(Ordering::Acquire);
+    // SAFETY: `mem` was laid out by `SlotTable::init_in` in shared memory, which lives as long
+    // as the server.
+    (!mem.is_null()).then(|| unsafe { SlotTable::attach(mem) })
+}
 
 fn with_table<R>(f: impl FnOnce(&SlotTable) -> R) -> R {
     let mem = SHARED_TABLE.load(Ordering::Acquire);
@@ -152,7 +149,7 @@ pub fn usage() -> Usage {
 ///
 /// Callable outside pgrx's guard: `next_shard_id(seq, shard)`'s entry point (see `generate`),
 /// where an ERROR must not pass through Rust code with destructors, calls it so. The common case,
-/// an id in the clock's millisecond or in a lead the lease already covers, is decided here by
+/// an id at a millisecond the lease already covers, is decided here by
 /// plain Rust that never calls into PostgreSQL and never raises an error. Anything else (waiting,
 /// a clock-step WARNING, writing the lease, an error, a table not made yet) is finished by
 /// [`Draw::issue_slowly`] inside pgrx's guard, from the decision already taken if there is one.
@@ -176,10 +173,8 @@ pub fn issue_ms(
             ms,
             clock: now,
             clock_stepped_back_by: None,
-        }) if ms <= now + UNLEASED_LEAD_MS
-            || !is_cluster()
-            || table.lease().load(Ordering::Acquire) >= ms + epoch_unix_ms =>
-        {
+        }) if !is_cluster() || table.lease().load(Ordering::Acquire) >= ms + epoch_unix_ms => {
+            let _ = now;
             Ok(ms)
         }
         other => Err(other),
@@ -221,11 +216,10 @@ impl<C: Fn() -> i64> Draw<C> {
     /// the session table if need be, decides unless `decided` holds the decision already taken
     /// (on the same table), and carries the decision out.
     fn issue_slowly(&self, decided: Option<Result<Decision, LayoutError>>) -> i64 {
-        let refused = REFUSED_EPOCH.load(Ordering::Relaxed);
-        if refused != i64::MIN {
-            epoch_moved_later(refused, self.epoch_unix_ms);
-        }
         with_table(|table| {
+            if let Some(refused) = table.refused_epoch() {
+                epoch_moved_later(refused, self.epoch_unix_ms);
+            }
             let decision = decided.unwrap_or_else(|| self.decide(table));
             self.settle(table, decision)
         })
@@ -238,14 +232,16 @@ impl<C: Fn() -> i64> Draw<C> {
             match decision.unwrap_or_else(|e| layout_error(e, table, self.epoch_unix_ms)) {
                 Decision::Issue {
                     ms,
-                    clock: now,
                     clock_stepped_back_by,
+                    ..
                 } => {
                     if let Some(step) = clock_stepped_back_by {
                         warn_clock_step(self.key, step, ms);
                     }
-                    if ms > now + UNLEASED_LEAD_MS && is_cluster() {
-                        cover_by_lease(table, ms + self.epoch_unix_ms, self.epoch_unix_ms);
+                    if is_cluster()
+                        && table.lease().load(Ordering::Acquire) < ms + self.epoch_unix_ms
+                    {
+                        crate::lease::extend(table, ms + self.epoch_unix_ms, self.epoch_unix_ms);
                     }
                     return ms;
                 }
@@ -262,13 +258,14 @@ impl<C: Fn() -> i64> Draw<C> {
 /// [`Draw::issue_slowly`], which makes the session table or raises the error. Never calls into PostgreSQL.
 #[inline]
 fn with_ready_table<R>(f: impl FnOnce(&SlotTable) -> R) -> Option<R> {
-    if REFUSED_EPOCH.load(Ordering::Relaxed) != i64::MIN {
-        return None;
-    }
     let mem = SHARED_TABLE.load(Ordering::Acquire);
     if !mem.is_null() {
         // SAFETY: as in `with_table`.
-        return Some(f(&unsafe { SlotTable::attach(mem) }));
+        let table = unsafe { SlotTable::attach(mem) };
+        if table.refused_epoch().is_some() {
+            return None;
+        }
+        return Some(f(&table));
     }
     if is_cluster() {
         return None;
@@ -277,46 +274,22 @@ fn with_ready_table<R>(f: impl FnOnce(&SlotTable) -> R) -> Option<R> {
 }
 
 /// The guard is as far ahead of the clock as its policy allows and its millisecond has no room
-/// (full, or the sequence wrapped), so wait until the clock passes `ms`. Usually that is less
-/// than a millisecond away, so spin (a sleep would oversleep by far more); if the guard is further
-/// ahead (`wait` after `borrow` made a lead), sleep in short steps.
+/// (full, or the sequence wrapped), so wait until the clock passes `ms`, or steps back
+/// (`pg_shard_id_core::guard::wait_until_past`). Usually that is less than a millisecond away, so
+/// spin (a sleep would oversleep by far more); if the guard is further ahead (`wait` after
+/// `borrow` made a lead), sleep in short steps. Interrupts are checked on every round.
 #[cold]
 #[inline(never)]
 fn wait_until_past(ms: i64, clock: &impl Fn() -> i64) {
-    loop {
-        let now = clock();
-        if now > ms {
-            return;
-        }
+    pg_shard_id_core::guard::wait_until_past(ms, clock, |left| {
         pgrx::check_for_interrupts!();
-        if ms - now > 2 {
-            // SAFETY: a plain sleep; interrupts are checked on every round.
+        if left > 2 {
+            // SAFETY: a plain sleep.
             unsafe { pg_sys::pg_usleep(500) };
         } else {
             std::hint::spin_loop();
         }
-    }
-}
-
-/// Makes the lease cover an id that is ahead of the clock before the id is returned. Usually the
-/// lease already covers it (one atomic read, inline); writing the file is the slow path.
-#[inline]
-fn cover_by_lease(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) {
-    if table.lease().load(Ordering::Acquire) < unix_ms {
-        extend_lease(table, unix_ms, epoch_unix_ms);
-    }
-}
-
-#[cold]
-#[inline(never)]
-fn extend_lease(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) {
-    if let Err(e) = lease::cover(Path::new(LEASE_FILE), table.lease(), unix_ms, epoch_unix_ms) {
-        crate::errors::raise_with_hint(
-            PgSqlErrorCode::ERRCODE_IO_ERROR,
-            format!("pg_shard_id: could not write the lease file \"{LEASE_FILE}\": {e}"),
-            "Ids ahead of the clock must be recorded before they are used; check the data directory.",
-        );
-    }
+    });
 }
 
 /// A layout error from the guard. Past the horizon because of a lease floor, say so.
@@ -328,8 +301,9 @@ fn layout_error(e: LayoutError, table: &SlotTable, epoch_unix_ms: i64) -> ! {
         crate::errors::raise_with_hint(
             PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
             format!(
-                "pg_shard_id: the lease file \"{LEASE_FILE}\" records ids up to {}, past the last \
+                "pg_shard_id: the lease file \"{}\" records ids up to {}, past the last \
                  millisecond the id layout holds ({})",
+                crate::lease::LEASE_FILE,
                 format_unix_ms(floor.saturating_add(epoch_unix_ms)),
                 format_unix_ms(epoch_unix_ms + MAX_MS)
             ),
@@ -400,6 +374,7 @@ pub fn init() {
         return;
     }
     PRELOADED.store(true, Ordering::Relaxed);
+    crate::lease::register_wal();
     // SAFETY: _PG_init runs once per process, in the postmaster here, before any hook can run;
     // chaining to the previous hook is the documented protocol.
     unsafe {
@@ -465,40 +440,9 @@ unsafe extern "C-unwind" fn shmem_startup() {
             "shared memory is not aligned"
         );
         if !found {
-            start_guard(&SlotTable::init_in(mem, settings::max_sequences()));
+            crate::lease::start(&SlotTable::init_in(mem, settings::max_sequences()));
         }
         SHARED_TABLE.store(mem, Ordering::Release);
         pg_sys::LWLockRelease(init_lock);
-    }
-}
-
-/// Reads the lease file into a new table: its floor, the lease in force, an epoch that moved.
-/// Never fails: a damaged file becomes a safe floor and a WARNING (an id helper must never keep
-/// the database from starting).
-fn start_guard(table: &SlotTable) {
-    let epoch = settings::epoch_unix_ms();
-    let path = Path::new(LEASE_FILE);
-    let plan = lease::plan_start(lease::read(path), epoch, crate::clock::now_unix_ms());
-    for (level, message) in &plan.messages {
-        match level {
-            Level::Log => log!("{message}"),
-            Level::Warning => warning!("{message}"),
-        }
-    }
-    if let Some(floor) = plan.floor_unix_ms {
-        table.raise_floor(floor.saturating_sub(epoch));
-    }
-    table.lease().store(plan.lease_unix_ms, Ordering::Release);
-    REFUSED_EPOCH.store(
-        plan.refused_epoch_unix_ms.unwrap_or(i64::MIN),
-        Ordering::Relaxed,
-    );
-    if let Some(record) = plan.write {
-        if let Err(e) = lease::write(path, &record) {
-            warning!(
-                "pg_shard_id: could not write the lease file \"{LEASE_FILE}\": {e}; ids ahead of \
-                 the clock fail with SQLSTATE 58030 until it can be written"
-            );
-        }
     }
 }

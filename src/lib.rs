@@ -14,6 +14,7 @@ mod generate;
 mod guard_table;
 mod info;
 mod json;
+mod lease;
 mod node;
 mod partition;
 mod routing;

@@ -25,9 +25,7 @@
 use pg_shard_id_core::guard::{Overflow, MAX_LEAD_MS};
 use pg_shard_id_core::layout::{MAX_SHARD, SEQ_VALUES};
 use pg_shard_id_core::slots::SLOT_BYTES;
-use pg_shard_id_core::time::{
-    parse_epoch, wall_clock_unix_ms, DEFAULT_EPOCH, DEFAULT_EPOCH_UNIX_MS,
-};
+use pg_shard_id_core::time::{parse_epoch, DEFAULT_EPOCH, DEFAULT_EPOCH_UNIX_MS};
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucEnum, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
 use std::ffi::{c_char, c_void, CStr, CString};
@@ -131,7 +129,7 @@ unsafe extern "C-unwind" fn check_epoch(
 ) -> bool {
     // SAFETY: PostgreSQL passes a valid pointer to the proposed value (a C string or NULL).
     let text = unsafe { text_of(*newval) };
-    let refusal = match parse_epoch(&text, wall_clock_unix_ms()) {
+    let refusal = match parse_epoch(&text) {
         Err(e) => (
             PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
             e.to_string(),
@@ -160,7 +158,7 @@ unsafe extern "C-unwind" fn assign_epoch(newval: *const c_char, _extra: *mut c_v
     // must not fail, and a value that was accepted stays in force when it is re-assigned later
     // (e.g. on transaction abort).
     // SAFETY: PostgreSQL passes the accepted value (a C string or NULL).
-    if let Ok(ms) = parse_epoch(&unsafe { text_of(newval) }, i64::MAX) {
+    if let Ok(ms) = parse_epoch(&unsafe { text_of(newval) }) {
         EPOCH_UNIX_MS.store(ms, Ordering::Relaxed);
     }
 }
@@ -195,7 +193,7 @@ pub fn register() {
         GucRegistry::define_string_guc_with_hooks(
             c"pg_shard_id.epoch",
             c"Start of time for the millisecond field of shard ids; set once, at server start.",
-            c"A timestamp with an explicit UTC offset, not in the future. A restart with a later \
+            c"A timestamp with an explicit UTC offset. A restart with a later \
               epoch than the one recorded in the lease file is refused (new ids could repeat old \
               ones); an earlier one is allowed and logged.",
             &EPOCH_TEXT,

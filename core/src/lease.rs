@@ -610,7 +610,11 @@ mod tests {
     fn a_lease_past_the_horizon_or_far_ahead_is_kept_and_warned_about() {
         let year_2100 = 4_102_444_800_000;
         let s = plan_start(Found::Record(record(year_2100, EPOCH)), EPOCH, NOW);
-        assert_eq!(s.floor_unix_ms, Some(year_2100 + 1), "never silently dropped");
+        assert_eq!(
+            s.floor_unix_ms,
+            Some(year_2100 + 1),
+            "never silently dropped"
+        );
         assert!(s.messages.iter().any(|(_, m)| m.contains("22008")));
         let s = plan_start(Found::Record(record(NOW + 86_400_000, EPOCH)), EPOCH, NOW);
         assert!(s

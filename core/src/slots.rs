@@ -83,8 +83,14 @@ struct Header {
     capacity: usize,
     in_use: AtomicUsize,
     evictions: AtomicU64,
-    /// The lease written so far (Unix ms), see [`crate::lease`].
+    /// How many times the lease was extended (file, WAL record, flush).
+    lease_writes: AtomicU64,
+    /// The lease in force (Unix ms), see [`crate::lease`]: no id above it may be issued.
     lease: AtomicI64,
+    /// The epoch recorded for this server's ids (Unix ms) when the configured one is later, so
+    /// that ids are refused; `i64::MIN`: not refused. Here, not in a process's memory, because the
+    /// startup process (replaying a lease record) may set it, and every backend must see it.
+    refused_epoch: AtomicI64,
     /// The floor under fresh guards, in the guards' units (ms since the epoch); `i64::MIN`: none.
     floor: AtomicI64,
     claim_lock: SpinLock,
@@ -150,7 +156,9 @@ impl SlotTable {
                 capacity,
                 in_use: AtomicUsize::new(0),
                 evictions: AtomicU64::new(0),
+                lease_writes: AtomicU64::new(0),
                 lease: AtomicI64::new(i64::MIN),
+                refused_epoch: AtomicI64::new(i64::MIN),
                 floor: AtomicI64::new(i64::MIN),
                 claim_lock: SpinLock::new(),
             });
@@ -206,9 +214,32 @@ impl SlotTable {
         self.header().evictions.load(Ordering::Relaxed)
     }
 
-    /// The lease written so far, in Unix ms (shared by every process).
+    /// How many times the lease was extended since the server started.
+    pub fn lease_writes(&self) -> u64 {
+        self.header().lease_writes.load(Ordering::Relaxed)
+    }
+
+    /// Counts one extension of the lease.
+    pub fn count_lease_write(&self) {
+        self.header().lease_writes.fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// The lease in force, in Unix ms (shared by every process): no id above it may be issued.
     pub fn lease(&self) -> &AtomicI64 {
         &self.header().lease
+    }
+
+    /// The recorded epoch (Unix ms) when ids are refused because the configured one is later.
+    pub fn refused_epoch(&self) -> Option<i64> {
+        let epoch = self.header().refused_epoch.load(Ordering::Acquire);
+        (epoch != i64::MIN).then_some(epoch)
+    }
+
+    /// Refuses ids (`Some(recorded epoch)`) or allows them (`None`).
+    pub fn set_refused_epoch(&self, recorded: Option<i64>) {
+        self.header()
+            .refused_epoch
+            .store(recorded.unwrap_or(i64::MIN), Ordering::Release);
     }
 
     /// The floor under guards created from now on (ms since the epoch; `i64::MIN` for none).

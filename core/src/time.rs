@@ -18,8 +18,6 @@ pub enum EpochError {
     Unparseable(String),
     /// Finer than a millisecond: ids could not represent the epoch itself.
     SubMillisecond(String),
-    /// After the current time: every id would be refused as "before the epoch".
-    InFuture(String),
 }
 
 impl std::fmt::Display for EpochError {
@@ -35,7 +33,6 @@ impl std::fmt::Display for EpochError {
             EpochError::SubMillisecond(v) => {
                 write!(f, "\"{}\" has more than millisecond precision", echo(v))
             }
-            EpochError::InFuture(v) => write!(f, "\"{}\" is in the future", echo(v)),
         }
     }
 }
@@ -44,18 +41,16 @@ impl std::fmt::Display for EpochError {
 ///
 /// The value must carry an explicit UTC offset (`+00`, `+05:30`, `Z`): an epoch that silently
 /// followed each session's `TimeZone` would give different ids in different sessions. It must be a
-/// whole millisecond and not after `now_unix_ms`.
-pub fn parse_epoch(text: &str, now_unix_ms: i64) -> Result<i64, EpochError> {
+/// whole millisecond. An epoch after the current time is accepted: a machine may boot before NTP
+/// has set its clock, and an id setting must never keep PostgreSQL from starting;
+/// `next_shard_id` raises 22008 until the clock passes the epoch.
+pub fn parse_epoch(text: &str) -> Result<i64, EpochError> {
     let parsed =
         parse_with_offset(text.trim()).ok_or_else(|| EpochError::Unparseable(text.to_string()))?;
     if parsed.timestamp_subsec_nanos() % 1_000_000 != 0 {
         return Err(EpochError::SubMillisecond(text.to_string()));
     }
-    let ms = parsed.timestamp_millis();
-    if ms > now_unix_ms {
-        return Err(EpochError::InFuture(text.to_string()));
-    }
-    Ok(ms)
+    Ok(parsed.timestamp_millis())
 }
 
 fn parse_with_offset(text: &str) -> Option<DateTime<FixedOffset>> {
@@ -139,12 +134,10 @@ mod tests {
         );
     }
 
-    const NOW: i64 = 1_795_000_000_000; // 2026-11-18
-
     #[test]
     fn default_epoch_constant_matches_its_text() {
         assert_eq!(
-            parse_epoch(DEFAULT_EPOCH.to_str().unwrap(), NOW),
+            parse_epoch(DEFAULT_EPOCH.to_str().unwrap()),
             Ok(DEFAULT_EPOCH_UNIX_MS)
         );
     }
@@ -160,10 +153,10 @@ mod tests {
             " 2011-01-01 01:00:00+01 ",
             "2010-12-31 19:00:00-05",
         ] {
-            assert_eq!(parse_epoch(text, NOW), Ok(instagram), "{text}");
+            assert_eq!(parse_epoch(text), Ok(instagram), "{text}");
         }
         assert_eq!(
-            parse_epoch("2011-01-01 00:00:00.123+00", NOW),
+            parse_epoch("2011-01-01 00:00:00.123+00"),
             Ok(instagram + 123)
         );
     }
@@ -178,18 +171,16 @@ mod tests {
             "2011-13-01 00:00:00+00",
         ] {
             assert!(
-                matches!(parse_epoch(text, NOW), Err(EpochError::Unparseable(_))),
+                matches!(parse_epoch(text), Err(EpochError::Unparseable(_))),
                 "{text}"
             );
         }
         assert!(matches!(
-            parse_epoch("2011-01-01 00:00:00.0001+00", NOW),
+            parse_epoch("2011-01-01 00:00:00.0001+00"),
             Err(EpochError::SubMillisecond(_))
         ));
-        assert!(matches!(
-            parse_epoch("2099-01-01 00:00:00+00", NOW),
-            Err(EpochError::InFuture(_))
-        ));
+        // the future is allowed: a clock before the epoch must not stop a server from starting
+        assert_eq!(parse_epoch("2099-01-01 00:00:00+00"), Ok(4_070_908_800_000));
     }
 
     #[test]

@@ -14,6 +14,8 @@ ALTER ROLE CURRENT_USER SET pg_shard_id.epoch = '2011-01-01 00:00:00+00';
 ALTER SYSTEM SET pg_shard_id.epoch = 'soon';
 ALTER SYSTEM SET pg_shard_id.epoch = '2026-01-01 00:00:00';
 ALTER SYSTEM SET pg_shard_id.epoch = '2011-01-01 00:00:00.0005+00';
+-- an epoch in the future is accepted: a server that boots before its clock is set must start
+-- (next_shard_id raises 22008 until the clock passes the epoch)
 ALTER SYSTEM SET pg_shard_id.epoch = '2999-01-01 00:00:00+00';
 -- a long value: our detail quotes its first 40 characters only
 SELECT repeat('x', 200) AS long_value \gset
