@@ -24,9 +24,9 @@ fn timestamptz(unix_ms: i64) -> TimestampWithTimeZone {
 /// `guard` is `cluster` when the library is in `shared_preload_libraries` (no two sessions of
 /// the cluster repeat an id), `session` otherwise (only one session's ids are guarded).
 /// `guard_evictions` counts slots handed from one sequence to another since start-up;
-/// `lease_until` is the lease file's value in guard mode `cluster`: no id is later than this or
-/// the clock, whichever is later (a value at or before now: nothing is ahead of the clock); NULL
-/// in guard mode `session`.
+/// `lease_until` is the lease in force in guard mode `cluster`: no id is later than this (it is
+/// extended 1 s past the id that needed it, in the lease file and the WAL, before that id is
+/// returned); NULL in guard mode `session`.
 /// VOLATILE and PARALLEL RESTRICTED: it reads live guard state, which is per backend in
 /// `session` mode. Raises no errors.
 // The tuple of `name!`s is the SQL signature; a type alias would hide it.
