@@ -220,6 +220,7 @@ impl<C: Fn() -> i64> Draw<C> {
             if let Some(refused) = table.refused_epoch() {
                 epoch_moved_later(refused, self.epoch_unix_ms);
             }
+            crate::origin::check(table, self.epoch_unix_ms);
             let decision = decided.unwrap_or_else(|| self.decide(table));
             self.settle(table, decision)
         })
@@ -254,10 +255,14 @@ impl<C: Fn() -> i64> Draw<C> {
     }
 }
 
-/// The table, when it is there and ids are not refused; `None` sends the caller to
-/// [`Draw::issue_slowly`], which makes the session table or raises the error. Never calls into PostgreSQL.
+/// The table, when it is there, this backend checked its database's origin, and ids are not
+/// refused; `None` sends the caller to [`Draw::issue_slowly`], which makes the session table,
+/// checks the origin, or raises the error. Never calls into PostgreSQL.
 #[inline]
 fn with_ready_table<R>(f: impl FnOnce(&SlotTable) -> R) -> Option<R> {
+    if !crate::origin::checked() {
+        return None;
+    }
     let mem = SHARED_TABLE.load(Ordering::Acquire);
     if !mem.is_null() {
         // SAFETY: as in `with_table`.

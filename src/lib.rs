@@ -16,6 +16,7 @@ mod info;
 mod json;
 mod lease;
 mod node;
+mod origin;
 mod partition;
 mod routing;
 mod settings;
@@ -36,6 +37,12 @@ pub extern "C-unwind" fn _PG_init() {
 extension_sql_file!(
     "../sql/preload_notice.sql",
     name = "preload_notice",
+    requires = [info::pg_shard_id_info],
+);
+
+extension_sql_file!(
+    "../sql/origin.sql",
+    name = "origin",
     requires = [info::pg_shard_id_info],
 );
 

@@ -162,6 +162,7 @@ mod tests {
             "shard_id_from_shortcode(text):iss",
             "shard_id_to_jsonb(anyelement):sss",
             "shard_id_adopt(regclass,name,integer):vu-",
+            "shard_id_origin_record():vu-",
         ];
         for label in expected {
             assert!(labels.contains(label), "{label} missing from {labels}");

@@ -8,6 +8,7 @@ pub mod guard;
 pub mod json;
 pub mod layout;
 pub mod lease;
+pub mod origin;
 pub mod routing;
 pub mod shortcode;
 pub mod slots;
