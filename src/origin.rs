@@ -98,7 +98,7 @@ fn record_this_server(function: &str) {
     .ok()
     .flatten()
     .unwrap_or_else(|| error!("pg_shard_id: {function} is missing; reinstall the extension"));
-    // SAFETY: a function of this extension that takes no arguments and returns void.
+    // SAFETY: a function of this extension that takes no arguments and returns a boolean.
     unsafe { pg_sys::OidFunctionCall0Coll(oid, pg_sys::InvalidOid) };
 }
 

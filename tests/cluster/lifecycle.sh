@@ -256,3 +256,38 @@ test_step_during_wait() {
     stop_cluster waiting
     no_fake_clock
 }
+
+# A dump restored into another server, whose postgresql.conf lacks the old epoch at first.
+test_restore_elsewhere() {
+    say "pg_dump of a database with ids 20 s ahead, restored into another server"
+    start_cluster origin yes "pg_shard_id.epoch = '2020-01-01 00:00:00+00'"
+    lifecycle_db
+    local burst_start; burst_start="$(date +%s%3N)"
+    q -c "SET pg_shard_id.test_clock_offset_ms = 20000" \
+      -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 200000) g"
+    local newest; newest="$(newest_row)"
+    "$PG_BIN/pg_dump" -Fc -f "$RUN_DIR/origin/db.dump" postgres
+    stop_cluster origin
+    start_cluster elsewhere yes
+    q -c "CREATE DATABASE restored"
+    "$PG_BIN/pg_restore" -d restored "$RUN_DIR/origin/db.dump" 2>"$RUN_DIR/elsewhere/restore.log"
+    export PGDATABASE=restored
+    check "restore elsewhere: pg_restore without errors" "$(wc -c <"$RUN_DIR/elsewhere/restore.log")" 0
+    check "restore elsewhere: the recorded epoch came along" \
+        "$(q -c "SELECT min(epoch) FROM shard_id_origin")" "2020-01-01 00:00:00+00"
+    local err; err="$(error_of -c "SELECT next_shard_id('s', 1)")"
+    echo "  $err"
+    check "restore elsewhere, epoch missing from postgresql.conf: refused (55000) naming both epochs" \
+        "$(echo "$err" | grep -c '55000: pg_shard_id: pg_shard_id.epoch (2026-01-01 00:00:00.000+00) is later than the epoch this database.s ids were made with (2020-01-01 00:00:00.000+00)')" 1
+    restart_cluster elsewhere "pg_shard_id.epoch = '2020-01-01 00:00:00+00'"
+    draw_past_newest "$newest" "$(same_time_again 20000 "$burst_start")"
+    echo "  $(q -c "SELECT count(*) FROM t_new") ids drawn until the clock passed the newest row"
+    check "restore elsewhere, epoch set: new ids equal to restored rows" "$(equal_ids)" 0
+    check "restore elsewhere, epoch set: every new id is above every restored row" "$(all_above)" t
+    check "restore elsewhere: this server is recorded" \
+        "$(q -c "SELECT count(*) FROM shard_id_origin WHERE system_identifier = (SELECT system_identifier FROM pg_control_system())")" 1
+    check "restore elsewhere: the server log says why ids start ahead" \
+        "$(grep -c 'holds ids made by another server' "$RUN_DIR/elsewhere/server.log")" 1
+    export PGDATABASE=postgres
+    stop_cluster elsewhere
+}

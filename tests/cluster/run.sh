@@ -348,7 +348,8 @@ test_adopt_under_load() {
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart
     epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards adopt_under_load
-    failover_clock failover_borrow point_in_time_recovery boot_before_epoch fast_hour step_during_wait)
+    failover_clock failover_borrow point_in_time_recovery restore_elsewhere boot_before_epoch fast_hour
+    step_during_wait)
 for t in "${tests[@]}"; do "test_$t"; done
 echo
 echo "cluster: $PASSED passed, $FAILED failed"
