@@ -146,17 +146,46 @@ ensure_pg18() {
     while [ "$d" != / ]; do chmod a+x "$d" 2>/dev/null || true; d="$(dirname "$d")"; done
 }
 
-# Builds and installs the extension into the system PostgreSQL. $1: "release" (default) or "test"
-# (adds the pg_test feature: the controllable test clock).
+# Builds and installs the extension into the selected PostgreSQL. $1: "release" (default) or "test"
+# (adds the pg_test feature: the controllable test clock). Builds a `cargo pgrx package` tree and
+# places its files with install_tree, never `cargo pgrx install`, which rewrites the library in
+# place: a running server that has it mapped then crashes at its next backend.
 install_extension() {
     local kind="${1:-release}" features="pg$PG_MAJOR"
     [ "$kind" = test ] && features+=" pg_test"
-    local args=(--pg-config "$PG_CONFIG" --release --no-default-features --features "$features")
-    [ "$(id -u)" = 0 ] || args+=(--sudo)
+    local stage="$RUN_DIR/install-$PG_MAJOR"
     say "building and installing pg_shard_id ($kind build) into PostgreSQL $PG_MAJOR"
     mkdir -p "$RUN_DIR"
-    (cd "$REPO" && cargo pgrx install "${args[@]}") >"$RUN_DIR/install.log" 2>&1 ||
+    rm -rf "$stage"
+    (cd "$REPO" && cargo pgrx package --pg-config "$PG_CONFIG" --no-default-features \
+        --features "$features" --out-dir "$stage") >"$RUN_DIR/install.log" 2>&1 ||
         { cat "$RUN_DIR/install.log"; return 1; }
+    install_tree "$stage"
+}
+
+# install_tree STAGE: puts every file of STAGE (a tree of absolute paths, as `cargo pgrx package`
+# and the .deb lay them out) at its path, each as a complete new file renamed over the old one.
+# A server that has the old library mapped keeps the old file until it restarts; rewriting the
+# file in place (cp) would change the pages it has mapped, and crash it.
+install_tree() {
+    local sudo="" f dest
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    while IFS= read -r -d '' f; do
+        dest="/${f#"$1"/}"
+        $sudo mkdir -p "$(dirname "$dest")"
+        $sudo cp "$f" "$dest.new-$$" && $sudo chmod 644 "$dest.new-$$" && $sudo mv -f "$dest.new-$$" "$dest"
+    done < <(find "$1" -type f -print0)
+}
+
+# detach_installed_library: gives the installed library's path a new file with the same bytes, so
+# that a tool that then rewrites that path in place (cargo pgrx test does) cannot touch the file a
+# running server has mapped (its postmaster mapped the old file; backends inherit that mapping).
+detach_installed_library() {
+    local sudo="" lib
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    lib="$("$PG_CONFIG" --pkglibdir)/pg_shard_id.so"
+    [ -f "$lib" ] || return 0
+    $sudo cp "$lib" "$lib.new-$$" && $sudo mv -f "$lib.new-$$" "$lib"
 }
 
 free_port() {

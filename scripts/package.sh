@@ -77,10 +77,12 @@ build_tarball() {
     cat >"$tree/INSTALL.txt" <<EOF
 pg_shard_id $EXTENSION_VERSION for PostgreSQL $major (x86_64 Linux, glibc >= $(glibc_needed "$tree/lib/pg_shard_id.so"))
 
-  cp lib/pg_shard_id.so "\$(pg_config --pkglibdir)/"
-  cp extension/* "\$(pg_config --sharedir)/extension/"
+  install -m 644 lib/pg_shard_id.so "\$(pg_config --pkglibdir)/"
+  install -m 644 extension/* "\$(pg_config --sharedir)/extension/"
 
-with the pg_config of the PostgreSQL $major server. Then add pg_shard_id to
+with the pg_config of the PostgreSQL $major server. Use install (or copy to a new file and
+rename it), never cp over an installed library: install replaces the file, while cp rewrites it
+in place, and a running server that has the library loaded then crashes at its next connection. Then add pg_shard_id to
 shared_preload_libraries in postgresql.conf, restart the server, and run
 CREATE EXTENSION pg_shard_id (new) or ALTER EXTENSION pg_shard_id UPDATE (an upgrade)
 in each database that uses it. README.md has the details.

@@ -70,6 +70,7 @@ pgrx_tests() { # installs a test build (debug, with the test clock)
     mkdir -p "$data"
     [ "$(id -u)" = 0 ] && chown postgres: "$RUN_DIR" "$data"
     mark_test_build
+    detach_installed_library # cargo pgrx test copies the library over the installed one in place
     CARGO_PGRX_TEST_RUNAS=postgres CARGO_PGRX_TEST_PGDATA="$data" cargo pgrx test "pg$PG_MAJOR"
 }
 

@@ -34,7 +34,8 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
                 format('%I.shard_id_origin_record()', n.nspname) \
          FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
          WHERE e.extname = 'pg_shard_id' \
-           AND pg_catalog.to_regclass(format('%I.shard_id_origin', n.nspname)) IS NOT NULL",
+           AND EXISTS (SELECT FROM pg_catalog.pg_class c \
+                       WHERE c.relnamespace = e.extnamespace AND c.relname = 'shard_id_origin')",
     )
     .ok();
     let Some((Some(origin), Some(record_function))) = names else {

@@ -35,6 +35,27 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_first_id_records_this_server_and_only_the_extension_may() {
+        run("CREATE SEQUENCE origin_pg_test");
+        let _: i64 = one("SELECT next_shard_id('origin_pg_test', 1)");
+        assert!(one::<bool>(
+            "SELECT count(*) >= 1 FROM shard_id_origin o, pg_shard_id_info() i \
+             WHERE o.epoch = i.epoch \
+               AND o.system_identifier = (SELECT system_identifier FROM pg_control_system())"
+        ));
+        assert!(!one::<bool>(
+            "SELECT has_function_privilege('public', 'shard_id_origin_record()', 'EXECUTE')"
+        ));
+        assert!(!one::<bool>(
+            "SELECT has_table_privilege('public', 'shard_id_origin', 'INSERT, UPDATE, DELETE')"
+        ));
+        run("CREATE ROLE origin_pg_test_role");
+        run("SET LOCAL ROLE origin_pg_test_role");
+        assert_eq!(sqlstate_of("SELECT shard_id_origin_record()"), "42501");
+        assert!(one::<bool>("SELECT count(*) > 0 FROM shard_id_origin"));
+    }
+
+    #[pg_test]
     fn instagram_known_answer() {
         let id: i64 = one(
             "SELECT shard_id_compose('2011-01-01 00:00:00+00'::timestamptz + interval '1387263 s', \

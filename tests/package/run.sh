@@ -29,6 +29,36 @@ trap cleanup EXIT
 package="$(bash "$REPO/scripts/package.sh" "$PG_MAJOR" | tail -1)"
 say "testing $(basename "$package")"
 check "package: built" "$([ -s "$package" ] && echo yes)" yes
+
+# install_package: the way a user installs it (apt-get for the .deb, INSTALL.txt for the tarball)
+install_package() {
+    if [[ "$package" == *.deb ]]; then
+        DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --reinstall "$package" >"$RUN_DIR/apt.log" 2>&1 ||
+            cat "$RUN_DIR/apt.log"
+    else
+        local tmp="$RUN_DIR/tarball"
+        rm -rf "$tmp" && mkdir -p "$tmp"
+        tar -C "$tmp" -xzf "$package"
+        (cd "$tmp"/pg_shard_id-* && grep '^  install ' INSTALL.txt | PATH="$PG_BIN:$PATH" bash -e)
+    fi
+}
+
+# Installing over a running server that has the library preloaded (the build installed now, a
+# different file from the package's stripped one) must not crash it: the package replaces the
+# file, and the server keeps the one it mapped until it restarts.
+say "installing the package under a running server that has the library preloaded"
+start_cluster live yes
+q -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s" -c "SELECT next_shard_id('s', 1)" >/dev/null
+install_package
+check "live install: new connections still draw ids" \
+    "$(for i in 1 2 3; do q -c "SELECT next_shard_id('s', 1) > 0" 2>&1; done | sort -u)" t
+restart_cluster live
+check "live install: after the restart, ALTER EXTENSION UPDATE and ids" \
+    "$(q -c "ALTER EXTENSION pg_shard_id UPDATE" -c "SELECT next_shard_id('s', 1) > 0" 2>&1)" t
+check "live install: the server log has no crash" \
+    "$(grep -c 'terminated by signal' "$RUN_DIR/live/server.log" || true)" 0
+stop_cluster live
+if [[ "$package" == *.deb ]]; then apt-get remove -y -qq "$DEB_NAME" >/dev/null 2>&1 || true; fi
 # Start from nothing, so that only the package can provide the extension.
 remove_installed_files
 
@@ -55,7 +85,7 @@ else
     check "tarball: INSTALL.txt, LICENSE and both folders" \
         "$(ls "$dir" | tr '\n' ' ')" "CHANGELOG.md INSTALL.txt LICENSE README.md extension lib "
     # the steps INSTALL.txt gives, run as written
-    (cd "$dir" && grep '^  cp ' INSTALL.txt | PATH="$PG_BIN:$PATH" bash -e)
+    (cd "$dir" && grep '^  install ' INSTALL.txt | PATH="$PG_BIN:$PATH" bash -e)
     check "tarball: the INSTALL.txt steps install every file" \
         "$(installed_files | wc -l)" "$(find "$dir/lib" "$dir/extension" -type f | wc -l)"
 fi

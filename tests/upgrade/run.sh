@@ -54,13 +54,17 @@ members() {
                     AND i.schema IS DISTINCT FROM 'tests' AND i.identity <> 'tests'"
 }
 # What the user's tables are made of and hold: files (a rewrite changes them), defaults and
-# generated expressions, constraints, indexes, views, and the rows (through the views too).
+# generated expressions, constraints, indexes, views, and the rows (through the views too). The
+# extension's own tables (members, such as shard_id_origin) are the members check's business.
 user_objects() {
+    local user_rel="NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
+                                 AND d.objid = %s AND d.deptype = 'e')"
     q -d "$1" -c "SELECT concat_ws(E'\n',
         (SELECT string_agg(relname || ' ' || relkind::text || ' ' || relfilenode, ', ' ORDER BY relname)
-           FROM pg_class WHERE relnamespace = 'public'::regnamespace),
+           FROM pg_class c WHERE relnamespace = 'public'::regnamespace AND $(printf "$user_rel" c.oid)),
         (SELECT string_agg(adrelid::regclass || '.' || adnum || ' ' || pg_get_expr(adbin, adrelid), E'\n'
-                           ORDER BY adrelid::regclass::text, adnum) FROM pg_attrdef),
+                           ORDER BY adrelid::regclass::text, adnum) FROM pg_attrdef
+          WHERE $(printf "$user_rel" adrelid)),
         (SELECT string_agg(conname || ' ' || pg_get_constraintdef(oid), E'\n' ORDER BY conname)
            FROM pg_constraint WHERE connamespace = 'public'::regnamespace),
         (SELECT string_agg(pg_get_indexdef(indexrelid), E'\n' ORDER BY indexrelid::regclass::text)
@@ -132,9 +136,11 @@ fresh_functions="$(functions fresh)"
 fresh_members="$(members fresh)"
 check "fresh install: functions found" "$([ "$(echo "$fresh_functions" | grep -c '^CREATE OR REPLACE FUNCTION')" -ge 15 ] && echo yes)" yes
 
-# The committed install script of this version, run as plain SQL, makes the same functions.
+# The committed install script of this version, run as plain SQL, makes the same functions
+# (without registering its configuration table, which only CREATE EXTENSION can do).
 if [ -f "$REPO/sql/pg_shard_id--$EXTENSION_VERSION.sql" ]; then
-    sed -e "s/MODULE_PATHNAME/pg_shard_id/g" -e "s/@extschema@/public/g" "$REPO/sql/pg_shard_id--$EXTENSION_VERSION.sql" |
+    sed -e "s/MODULE_PATHNAME/pg_shard_id/g" -e "s/@extschema@/public/g" -e "/pg_extension_config_dump/d" \
+        "$REPO/sql/pg_shard_id--$EXTENSION_VERSION.sql" |
         q -d released -c "SET client_min_messages = warning" -f - >/dev/null
     if [ "$(functions released)" = "$fresh_functions" ]; then
         check "sql/pg_shard_id--$EXTENSION_VERSION.sql is the install script this build generates" same same
@@ -187,6 +193,9 @@ for old in "${old_versions[@]}"; do
         -c "INSERT INTO events (note) SELECT 'new' FROM generate_series(1, 1000)"
     check "$old: new ids are above every old one" \
         "$(q -d "$db" -c "SELECT count(*) FROM photos WHERE id > $max_before")" 1000
+    check "$old: the update recorded this server and its epoch in shard_id_origin" \
+        "$(q -d "$db" -c "SELECT count(*) FROM shard_id_origin o, pg_shard_id_info() i
+                           WHERE o.epoch = i.epoch AND o.system_identifier = (SELECT system_identifier FROM pg_control_system())")" 1
     check "$old: no duplicates" "$(q -d "$db" -c "SELECT count(*) - count(DISTINCT id) FROM (SELECT id FROM photos UNION ALL SELECT id FROM events) x")" 0
     check "$old: decoded views agree with the stored columns" \
         "$(q -d "$db" -c "SELECT count(*) FROM photo_fields f JOIN photos p USING (id)
