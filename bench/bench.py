@@ -55,6 +55,26 @@ def median_ci(values, level=0.95):
     return xs[k - 1], xs[n - k], 1 - 2 * below(k)
 
 
+def lease_records(since_lsn):
+    """Lease records (WAL records of pg_shard_id's resource manager, id 211) written since
+    `since_lsn`, counted by pg_waldump in this cluster's WAL: each is one extension of the lease
+    (a file write, a WAL record and a flush)."""
+    now_lsn = psql("SELECT pg_current_wal_insert_lsn()")
+    if since_lsn == now_lsn:
+        return 0
+    out = subprocess.run(["pg_waldump", "--stats=record", "-p", os.path.join(os.environ["PGHOST"], "data", "pg_wal"),
+                          "-s", since_lsn, "-e", now_lsn], capture_output=True, text=True).stdout
+    return sum(int(m) for m in re.findall(r"^custom211/\S+(?: \(\w+\))?\s+(\d+)", out, re.M))
+
+
+def lease_rate(label, since_lsn, started):
+    seconds = time.monotonic() - started
+    n = lease_records(since_lsn)
+    results.setdefault("lease_writes", []).append(
+        {"part": label, "records": n, "seconds": seconds, "per_second": n / seconds})
+    print(f"  lease writes during {label}: {n} in {seconds:.0f} s ({n / seconds:.2f}/s)", flush=True)
+
+
 results = {"smoke": SMOKE, "n_gen": N_GEN, "pgbench_seconds": PGBENCH_SECONDS,
            "insert_rounds": INSERT_ROUNDS, "close_pairs": CLOSE_PAIRS, "close_seconds": CLOSE_SECONDS,
            "n_scale": N_SCALE,
@@ -89,11 +109,13 @@ if HAS_UUIDV7:
 # 2.16 s for 2,000,000 ids whose timestamps spanned 1,955 ms).
 ROWS = f"(SELECT generate_series(1, {N_GEN})) AS g"
 generation = []
+lease_since, lease_started = psql("SELECT pg_current_wal_insert_lsn()"), time.monotonic()
 for name, expr, setup in GENERATORS:
     seconds = median_of(lambda: timed(f"SELECT count({expr}) FROM {ROWS}", setup))
     dups = int(psql(f"{setup} SELECT count(*) - count(DISTINCT x) FROM (SELECT {expr} AS x FROM {ROWS}) s"))
     generation.append({"name": name, "seconds": seconds, "rate": N_GEN / seconds, "duplicates": dups})
     print(f"  {name:32} {N_GEN / seconds / 1e6:6.2f} M ids/s  {dups} duplicates", flush=True)
+lease_rate("generation (one session)", lease_since, lease_started)
 base = generation[0]["rate"]
 for g in generation:
     g["ratio_to_nextval"] = g["rate"] / base
@@ -143,6 +165,7 @@ for g in pairs:
 results["generation_two_sessions"] = pairs
 
 # 2. Insert throughput with pgbench, 2 clients
+lease_since, lease_started = psql("SELECT pg_current_wal_insert_lsn()"), time.monotonic()
 TABLES = [
     ("bigserial", "id bigserial PRIMARY KEY"),
     ("next_shard_id", "id bigint PRIMARY KEY DEFAULT next_shard_id('tps_seq', 5)"),
@@ -209,6 +232,7 @@ for protocol in ("simple", "prepared"):
     print(f"  {TABLES[1][0]} x bigserial, {protocol}, {CLOSE_PAIRS} pairs: "
           f"{statistics.median(pair_ratios):.3f} ({coverage:.0%} CI {low:.3f}-{high:.3f})", flush=True)
 results["inserts_close"] = close
+lease_rate("inserts (pgbench, every table)", lease_since, lease_started)
 
 # 3. Scale: N_SCALE rows per generator, primary key size and load time
 scale = []

@@ -141,6 +141,21 @@ def inline_duplicates_note():
             "  repeated none; a faster machine does (an earlier run at 2.1 M ids/s: 1,107,918 duplicates",
             "  in 2,000,000). `next_shard_id` is safe at any rate: see the guarantee in the README."]
 
+def lease_lines():
+    """Lease writes: each is a file write, a WAL record and a flush (README, guarantee 5)."""
+    if not all("lease_writes" in r for r in runs):
+        return []
+    out = ["", "## Lease writes", "",
+           "Extensions of the lease during the runs above (pg_shard_id's WAL records, counted with",
+           "`pg_waldump` in the cluster's WAL; each is one file write, one WAL record and one flush):", ""]
+    for r, v in zip(runs, versions):
+        parts = "; ".join(f"{w['part']}: {w['records']:,} in {w['seconds']:.0f} s ({w['per_second']:.2f}/s)"
+                          for w in r["lease_writes"])
+        out.append(f"- PG {v}: {parts}")
+    return out
+
+
+lines.extend(lease_lines())
 lines.extend([
     "",
     "## Reading the numbers",

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The benchmark suite (docs/benchmarks.md): for each PostgreSQL in PG_VERSIONS (default "15 18"),
+# The benchmark suite (docs/benchmarks.md): for each PostgreSQL in PG_VERSIONS (default "15 16 17 18"),
 # starts its own throwaway cluster with a release build preloaded and measures; then writes one
 # report with the versions side by side (docs/benchmarks.md, docs/benchmarks.png and the
 # docs/benchmarks-<version>.json it was made from).
@@ -15,7 +15,7 @@ out_dir="$REPO/docs"
 
 python3 -c "import matplotlib" 2>/dev/null || pip install --quiet matplotlib
 results=()
-for version in ${PG_VERSIONS:-15 18}; do
+for version in ${PG_VERSIONS:-15 16 17 18}; do
     select_pg "$version"
     ensure_setup
     install_extension release
