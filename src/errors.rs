@@ -53,6 +53,37 @@ pub fn raise_with_hint(code: PgSqlErrorCode, message: String, hint: &str) -> ! {
     unreachable!("ERROR does not return")
 }
 
+/// Where a function runs, as a type: the code shared by the entry points of `next_shard_id` takes
+/// one, so that what may raise an ERROR or call PostgreSQL goes through [`Boundary::run`], and each
+/// entry point says by its type whether pgrx's guard is already around it.
+pub trait Boundary {
+    /// Runs `f`, which may raise an ERROR or call into PostgreSQL, inside pgrx's guard.
+    fn run<R>(f: impl FnOnce() -> R) -> R;
+}
+
+/// Called by PostgreSQL without pgrx's wrapper (`next_shard_id(seq, shard)`'s raw entry point):
+/// [`Boundary::run`] enters pgrx's guard for `f` ([`guarded`]).
+pub struct OutsideGuard;
+
+impl Boundary for OutsideGuard {
+    #[inline(always)]
+    fn run<R>(f: impl FnOnce() -> R) -> R {
+        guarded(f)
+    }
+}
+
+/// Inside a `#[pg_extern]` function: pgrx's guard is already there, and a second one inside it
+/// would re-raise an ERROR by longjmp across the outer wrapper's frames (which pgrx forbids), so
+/// [`Boundary::run`] just calls `f`.
+pub struct InsideGuard;
+
+impl Boundary for InsideGuard {
+    #[inline(always)]
+    fn run<R>(f: impl FnOnce() -> R) -> R {
+        f()
+    }
+}
+
 /// Runs `f` inside pgrx's guard, for code that PostgreSQL calls without pgrx's wrapper (the
 /// entry point of `next_shard_id(seq, shard)`, see `generate`): an ERROR raised in `f`, by this
 /// crate or by PostgreSQL through pgrx, and any panic, become a PostgreSQL ERROR once `f`'s frames

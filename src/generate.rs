@@ -1,6 +1,7 @@
 //! `next_shard_id`: the generator.
 
-use crate::{clock, errors, guard_table, node, settings};
+use crate::errors::{self, Boundary, InsideGuard, OutsideGuard};
+use crate::{clock, guard_table, node, settings};
 use pg_shard_id_core::layout::{check_shard, compose, seq_field, IdParts};
 use pg_shard_id_core::slots::slot_key;
 use pgrx::prelude::*;
@@ -46,16 +47,22 @@ unsafe extern "C-unwind" {
 /// calls this function directly (a version-1 C function, declared by the `extension_sql!` below),
 /// and it keeps pgrx's rules by other means:
 /// * An ERROR inside `nextval_internal` (not a sequence, no privilege, exhausted, read-only)
-///   `longjmp`s past this frame to PostgreSQL's handler, as it does past any C function.
-///   Deallocating a Rust frame that way is sound when the frame has nothing to drop (a "plain
-///   old frame", RFC 2945): at that call this frame holds only an oid and integers, and no lock,
-///   borrow or allocation of ours is held (the guard's slot lock is taken after it).
+///   `longjmp`s past this frame to PostgreSQL's handler, as it does past any C function. Rust
+///   leaves deallocating a frame that way unspecified for now (RFC 2945 proposes to allow it for
+///   a "plain old frame", one with nothing to drop); pgrx itself stands on the same footing
+///   wherever PostgreSQL longjmps through its code. At that call this frame holds only an oid
+///   and integers, and no lock, borrow or allocation of ours. **What may never be added to this
+///   function's frame before `nextval_internal` returns**: a value with a destructor (String,
+///   Vec, Box, a guard of any lock, a `PgMemoryContexts` switch), a borrow of a `RefCell`, a
+///   held spinlock or slot lock, anything `catch_unwind` or pgrx's guard must see.
 /// * Everything else that can raise an ERROR or call into PostgreSQL (the shard check's error,
-///   the Citus check, waiting, warnings, the lease file, the guard's errors) runs inside pgrx's
-///   guard through `errors::guarded`, exactly as in a `#[pg_extern]` function.
+///   the Citus check, the guard's slow path: origin check, waiting, warnings, the lease, the
+///   guard's errors) runs inside pgrx's guard: `id_of::<OutsideGuard>` sends it through
+///   `OutsideGuard::run`, as the type says; the guard's common case comes back as `Ok` from
+///   `guard_table::issue_ms` and anything else as a `Slow` that must be finished there.
 /// * What runs outside the guard is plain Rust: reading the arguments, the clock, the guard's
-///   common case (`guard_table::issue_ms`) and composing the id. The function is
-///   `extern "C"`, so a panic there (a bug) aborts the backend instead of unwinding into C.
+///   common case and composing the id. The function is `extern "C"`, so a panic there (a bug)
+///   aborts the backend instead of unwinding into C.
 ///
 /// The other SQL functions keep pgrx's wrapper; `next_shard_id(seq)` (the Citus form) too.
 #[no_mangle]
@@ -72,15 +79,15 @@ pub unsafe extern "C" fn next_shard_id_wrapper(fcinfo: pg_sys::FunctionCallInfo)
     let epoch = settings::epoch_unix_ms();
     let shard = match check_shard(i64::from(shard)) {
         Ok(shard) => shard,
-        Err(e) => errors::guarded(|| errors::raise(e, epoch)),
+        Err(e) => OutsideGuard::run(|| errors::raise(e, epoch)),
     };
     if !node::known_without_citus() {
-        errors::guarded(node::refuse_explicit_shard_on_citus);
+        OutsideGuard::run(node::refuse_explicit_shard_on_citus);
     }
     // SAFETY: PostgreSQL's own function with the declared signature. An ERROR in it leaves
     // through this frame, which holds nothing to drop (see above).
     let value = unsafe { nextval_internal(seq, true) };
-    pg_sys::Datum::from(id_of(seq, shard, value, epoch))
+    pg_sys::Datum::from(id_of::<OutsideGuard>(seq, shard, value, epoch))
 }
 
 /// The version-1 calling convention record of [`next_shard_id_wrapper`] (`PG_FUNCTION_INFO_V1`).
@@ -128,29 +135,25 @@ CREATE FUNCTION next_shard_id("seq" regclass) RETURNS bigint
 fn next_shard_id_for_node(seq: pg_sys::Oid) -> i64 {
     let epoch = settings::epoch_unix_ms();
     let shard = node::node_shard();
-    issue(seq, shard, epoch)
-}
-
-/// `nextval(seq)` through pgrx's boundary, then the id: the Citus form's path.
-fn issue(seq: pg_sys::Oid, shard: i64, epoch: i64) -> i64 {
     // SAFETY: PostgreSQL's own function with the declared signature; an ERROR inside it is
     // caught and re-raised by the boundary.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };
-    id_of(seq, shard, value, epoch)
+    id_of::<InsideGuard>(seq, shard, value, epoch)
 }
 
 /// The id for `value`, just drawn from sequence `seq`: the guard gives the millisecond. `shard`
-/// is checked. Runs outside pgrx's guard in `next_shard_id_wrapper`, so whatever can raise an
-/// ERROR goes through `errors::guarded` (in `guard_table::issue_ms` and here).
+/// is checked. `B` says whether pgrx's guard is around the caller: whatever can raise an ERROR
+/// (the guard's slow path, a layout error) runs through `B::run`.
 #[inline]
-fn id_of(seq: pg_sys::Oid, shard: i64, value: i64, epoch: i64) -> i64 {
+fn id_of<B: Boundary>(seq: pg_sys::Oid, shard: i64, value: i64, epoch: i64) -> i64 {
     let remainder = seq_field(value);
     // SAFETY: a backend global, set once at connection.
     let database = unsafe { pg_sys::MyDatabaseId };
     let key = slot_key(database.to_u32(), seq.to_u32());
     let ms = guard_table::issue_ms(key, remainder as u16, settings::overflow(), epoch, || {
         clock::now_since_epoch(epoch)
-    });
+    })
+    .unwrap_or_else(|slow| B::run(|| slow.finish()));
     let parts = IdParts {
         ms,
         shard,
@@ -158,6 +161,6 @@ fn id_of(seq: pg_sys::Oid, shard: i64, value: i64, epoch: i64) -> i64 {
     };
     match compose(parts) {
         Ok(id) => id,
-        Err(e) => errors::guarded(|| errors::raise(e, epoch)),
+        Err(e) => B::run(|| errors::raise(e, epoch)),
     }
 }

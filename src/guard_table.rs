@@ -141,26 +141,25 @@ pub fn usage() -> Usage {
     })
 }
 
-/// The millisecond for an id of sequence `key` whose sequence field is `remainder`, by the guard.
-/// `clock` reads ms since the epoch; it is called while the slot's lock is held.
-/// Errors: 55000 when the epoch moved later than the recorded one; 22008 when the clock is before
-/// the epoch or the id would pass the horizon (naming the lease file when it is the cause);
-/// 58030 when the lease file cannot be written.
+/// The millisecond for an id of sequence `key` whose sequence field is `remainder`, by the guard,
+/// when the common case decides it: an id at a millisecond the lease already covers, in a backend
+/// that has checked its database's origin. Plain Rust: it never calls into PostgreSQL and never
+/// raises an ERROR, so it may run outside pgrx's guard. `clock` reads ms since the epoch; it is
+/// called while the slot's lock is held.
 ///
-/// Callable outside pgrx's guard: `next_shard_id(seq, shard)`'s entry point (see `generate`),
-/// where an ERROR must not pass through Rust code with destructors, calls it so. The common case,
-/// an id at a millisecond the lease already covers, is decided here by
-/// plain Rust that never calls into PostgreSQL and never raises an error. Anything else (waiting,
-/// a clock-step WARNING, writing the lease, an error, a table not made yet) is finished by
-/// [`Draw::issue_slowly`] inside pgrx's guard, from the decision already taken if there is one.
+/// Anything else (waiting, a clock-step WARNING, extending the lease, an error, a table or origin
+/// check not made yet) comes back as [`Slow`], which the caller must finish inside pgrx's guard:
+/// [`Slow::finish`] raises 55000 when the epoch is later than the recorded one, 22008 when the
+/// clock is before the epoch or the id would pass the horizon (naming the lease file when it is
+/// the cause), and 58030 when the lease file cannot be written.
 #[inline]
-pub fn issue_ms(
+pub fn issue_ms<C: Fn() -> i64>(
     key: SlotKey,
     remainder: u16,
     overflow: Overflow,
     epoch_unix_ms: i64,
-    clock: impl Fn() -> i64,
-) -> i64 {
+    clock: C,
+) -> Result<i64, Slow<C>> {
     let draw = Draw {
         key,
         remainder,
@@ -171,20 +170,43 @@ pub fn issue_ms(
     let quick = with_ready_table(|table| match draw.decide(table) {
         Ok(Decision::Issue {
             ms,
-            clock: now,
             clock_stepped_back_by: None,
+            ..
         }) if !is_cluster() || table.lease().load(Ordering::Acquire) >= ms + epoch_unix_ms => {
-            let _ = now;
             Ok(ms)
         }
         other => Err(other),
     });
-    let decided = match quick {
-        Some(Ok(ms)) => return ms,
-        Some(Err(decision)) => Some(decision),
-        None => None,
-    };
-    crate::errors::guarded(|| draw.issue_slowly(decided))
+    match quick {
+        Some(Ok(ms)) => Ok(ms),
+        Some(Err(decision)) => Err(Slow {
+            draw,
+            decided: Some(decision),
+        }),
+        None => Err(Slow {
+            draw,
+            decided: None,
+        }),
+    }
+}
+
+/// An id that [`issue_ms`] could not finish by plain Rust: the draw, and the guard's decision if
+/// one was taken (it is final: the remainder is already marked used at its millisecond).
+#[must_use = "a Slow draw holds a decision of the guard; finish it inside pgrx's guard"]
+pub struct Slow<C> {
+    draw: Draw<C>,
+    decided: Option<Result<Decision, LayoutError>>,
+}
+
+impl<C: Fn() -> i64> Slow<C> {
+    /// Finishes the draw: checks the database's origin, raises the errors, waits, warns, extends
+    /// the lease. May raise an ERROR and calls into PostgreSQL: call it only inside pgrx's guard,
+    /// which is what `crate::errors::Boundary` is for.
+    #[cold]
+    #[inline(never)]
+    pub fn finish(self) -> i64 {
+        self.draw.issue_slowly(self.decided)
+    }
 }
 
 /// What one call of [`issue_ms`] asks the guard for: a millisecond for `remainder` of sequence
@@ -213,8 +235,8 @@ impl<C: Fn() -> i64> Draw<C> {
     }
 
     /// [`issue_ms`]'s uncommon cases, inside pgrx's guard: raises a refused epoch's error, makes
-    /// the session table if need be, decides unless `decided` holds the decision already taken
-    /// (on the same table), and carries the decision out.
+    /// the session table if need be, checks the database's origin, decides unless `decided` holds
+    /// the decision already taken (on the same table), and carries the decision out.
     fn issue_slowly(&self, decided: Option<Result<Decision, LayoutError>>) -> i64 {
         with_table(|table| {
             if let Some(refused) = table.refused_epoch() {

@@ -196,7 +196,11 @@ unsafe extern "C-unwind" fn identify(info: u8) -> *const std::ffi::c_char {
 pub fn start(table: &SlotTable) {
     let epoch = settings::epoch_unix_ms();
     let path = Path::new(LEASE_FILE);
-    let plan = lease::plan_start(lease::read(path), epoch, crate::clock::now_unix_ms());
+    let found = lease::read(path);
+    if found == lease::Found::Missing {
+        table.mark_started_without_lease();
+    }
+    let plan = lease::plan_start(found, epoch, crate::clock::now_unix_ms());
     for (level, message) in &plan.messages {
         match level {
             Level::Log => log!("{message}"),

@@ -1,11 +1,11 @@
 //! The database's record of where its ids came from (`pg_shard_id_core::origin`), read once per
-//! backend, before its first id: the table `shard_id_origin` (`sql/origin.sql`).
+//! backend, before its first id: the table `shard_id_meta.origin` (`sql/origin.sql`).
 //!
 //! This runs on the slow path only: [`checked`] is one load of a process-local flag on the fast
 //! path, and everything else here runs inside pgrx's guard (it queries through SPI and may raise
 //! 55000). A backend serves one database for its life, so one flag per process is exact.
 
-use pg_shard_id_core::origin::{decide, Recorded, Verdict};
+use pg_shard_id_core::origin::{decide, floor_for_other_servers, Recorded, Verdict};
 use pg_shard_id_core::slots::SlotTable;
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::pg_sys::panic::ErrorReport;
@@ -22,40 +22,42 @@ pub fn checked() -> bool {
     CHECKED.load(Ordering::Relaxed)
 }
 
-/// Reads `shard_id_origin` and acts on [`decide`]: raises 55000 when the configured epoch is later
+/// Reads `shard_id_meta.origin` and acts on [`decide`]: raises 55000 when the configured epoch is later
 /// than the recorded one; raises `table`'s floor when the ids were made by another server; records
 /// this server. Call inside pgrx's guard, before the guard decides.
 pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
     if checked() {
         return;
     }
-    let names = Spi::get_two::<String, String>(
-        "SELECT format('%I.shard_id_origin', n.nspname), \
-                format('%I.shard_id_origin_record()', n.nspname) \
-         FROM pg_catalog.pg_extension e JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace \
-         WHERE e.extname = 'pg_shard_id' \
-           AND EXISTS (SELECT FROM pg_catalog.pg_class c \
-                       WHERE c.relnamespace = e.extnamespace AND c.relname = 'shard_id_origin')",
-    )
-    .ok();
-    let Some((Some(origin), Some(record_function))) = names else {
+    let now = crate::clock::now_unix_ms();
+    let Some(read_origin) = member_function("shard_id_meta.read_origin()") else {
         // The SQL of a version before 0.4.0 (ALTER EXTENSION ... UPDATE not run yet): nothing is
-        // recorded, so there is nothing to check.
+        // recorded. On a server whose data directory started without a lease file (a new
+        // cluster: the target of pg_upgrade or of a restore), the ids may have been made
+        // elsewhere, so new ones start above anything another server could have issued.
+        if table.started_without_lease() {
+            raise_floor(
+                table,
+                epoch_unix_ms,
+                floor_for_other_servers(now),
+                "made before 0.4.0",
+            );
+        }
         CHECKED.store(true, Ordering::Relaxed);
         return;
     };
-    let (epoch, identifiers) = Spi::get_two::<i64, Vec<i64>>(&format!(
-        "SELECT (extract(epoch FROM min(epoch)) * 1000)::bigint, \
-                array_agg(DISTINCT system_identifier) FROM {origin}"
-    ))
-    .unwrap_or_else(|e| error!("pg_shard_id: could not read {origin}: {e}"));
+    // SAFETY: a function of this extension (checked by member_function) that takes no arguments
+    // and returns a bigint[] that is never NULL.
+    let rows = unsafe {
+        let datum = pg_sys::OidFunctionCall0Coll(read_origin, pg_sys::InvalidOid);
+        Vec::<Option<i64>>::from_datum(datum, false).unwrap_or_default()
+    };
     let recorded = Recorded {
-        epoch_unix_ms: epoch,
-        system_identifiers: identifiers.unwrap_or_default(),
+        epoch_unix_ms: rows.first().copied().flatten(),
+        system_identifiers: rows.iter().skip(1).flatten().copied().collect(),
     };
     // SAFETY: reads the control file's copy in shared memory, set at start-up.
     let this_server = unsafe { pg_sys::GetSystemIdentifier() } as i64;
-    let now = crate::clock::now_unix_ms();
     match decide(&recorded, this_server, epoch_unix_ms, now) {
         Verdict::Refuse {
             recorded_epoch_unix_ms,
@@ -65,17 +67,18 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
             record,
         } => {
             if let Some(floor) = floor_unix_ms {
-                table.raise_floor(floor.saturating_sub(epoch_unix_ms));
-                log!(
-                    "pg_shard_id: this database holds ids made by another server (system \
-                     identifiers {:?}; restored or upgraded from it); new ids start at {}, above \
-                     any id that server could have issued",
-                    recorded.system_identifiers,
-                    format_unix_ms(floor)
-                );
+                let servers = format!("system identifiers {:?}", recorded.system_identifiers);
+                raise_floor(table, epoch_unix_ms, floor, &servers);
+            }
+            // SAFETY: a backend global of the transaction state.
+            let read_only = unsafe { pg_sys::XactReadOnly };
+            if record && read_only {
+                // (nextval() of a temporary sequence works in a read-only transaction; the row
+                // cannot be written there: check again at the next id)
+                return;
             }
             if record {
-                record_this_server(&record_function);
+                record_this_server();
                 // The row is part of this transaction: if it, or a subtransaction around it,
                 // aborts, the next id checks again (the rows will say whether to record).
                 let again = || CHECKED.store(false, Ordering::Relaxed);
@@ -89,17 +92,43 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
     CHECKED.store(true, Ordering::Relaxed);
 }
 
-/// Runs `shard_id_origin_record()` through the function manager: it is SECURITY DEFINER and
-/// nobody has EXECUTE on it, so only the extension (and superusers) can record a server.
-fn record_this_server(function: &str) {
+fn raise_floor(table: &SlotTable, epoch_unix_ms: i64, floor_unix_ms: i64, made_by: &str) {
+    table.raise_floor(floor_unix_ms.saturating_sub(epoch_unix_ms));
+    log!(
+        "pg_shard_id: this database holds ids that another server may have made ({made_by}; \
+         restored or upgraded from it); new ids start at {}, above any id that server could \
+         have issued",
+        format_unix_ms(floor_unix_ms)
+    );
+}
+
+/// The oid of `signature` (schema-qualified), if it exists and is a member of this extension
+/// (so no role can plant a function of that name for `next_shard_id` to call).
+fn member_function(signature: &str) -> Option<pg_sys::Oid> {
     let oid = Spi::get_one::<pg_sys::Oid>(&format!(
-        "SELECT pg_catalog.to_regprocedure({})::oid",
-        spi::quote_literal(function)
+        "SELECT pg_catalog.to_regprocedure({})::pg_catalog.oid",
+        spi::quote_literal(signature)
     ))
     .ok()
-    .flatten()
-    .unwrap_or_else(|| error!("pg_shard_id: {function} is missing; reinstall the extension"));
-    // SAFETY: a function of this extension that takes no arguments and returns a boolean.
+    .flatten()?;
+    // SAFETY: catalog lookups by oid and by name in a backend inside a transaction.
+    let (owner, ours) = unsafe {
+        (
+            pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, oid),
+            pg_sys::get_extension_oid(c"pg_shard_id".as_ptr(), true),
+        )
+    };
+    (owner == ours && ours != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// Runs `shard_id_meta.record_origin()` through the function manager: it is SECURITY DEFINER and
+/// nobody has EXECUTE on it, so only the extension (and superusers) can record a server.
+fn record_this_server() {
+    let oid = member_function("shard_id_meta.record_origin()").unwrap_or_else(|| {
+        error!("pg_shard_id: shard_id_meta.record_origin() is missing; reinstall the extension")
+    });
+    // SAFETY: a function of this extension (checked above) that takes no arguments and returns a
+    // boolean.
     unsafe { pg_sys::OidFunctionCall0Coll(oid, pg_sys::InvalidOid) };
 }
 
@@ -120,7 +149,7 @@ fn epoch_later_than_recorded(recorded_unix_ms: i64, epoch_unix_ms: i64) -> ! {
     )
     .set_detail(
         "With a later epoch, new ids could repeat existing ones, so none are issued. The epoch is \
-         recorded in the table shard_id_origin, which pg_dump and pg_upgrade carry; \
+         recorded in the table shard_id_meta.origin, which pg_dump and pg_upgrade carry; \
          postgresql.conf is not carried.",
     )
     .set_hint(format!(

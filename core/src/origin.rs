@@ -1,5 +1,5 @@
 //! Where a database's ids came from: the epoch they were made with and the server that made them,
-//! recorded *in the database* (the extension's table `shard_id_origin`), so that both travel with
+//! recorded *in the database* (the extension's table `shard_id_meta.origin`), so that both travel with
 //! the data through pg_dump/pg_restore and pg_upgrade, which carry neither `postgresql.conf` nor
 //! the lease file.
 //!
@@ -10,15 +10,15 @@
 //!
 //! * a recorded epoch earlier than the configured one: refuse, as for the lease file (new ids
 //!   could repeat old ones);
-//! * no row of this server: the data was restored or upgraded from another one, whose lease did
-//!   not come along. Its ids can be ahead of this clock by at most the lead `borrow` allows
+//! * a row of another server: the data was restored or upgraded from it, and its lease did not
+//!   come along (a server that takes the data in replaces the others' rows by its own). Its ids can be ahead of this clock by at most the lead `borrow` allows
 //!   ([`MAX_LEAD_MS`]) plus one lease step, so new ids start above that, and this server records
 //!   itself. The price, once per database and server: ids up to 10 min 1 s ahead of the clock.
 
 use crate::guard::MAX_LEAD_MS;
 use crate::lease::LEASE_STEP_MS;
 
-/// What the rows of `shard_id_origin` say, read before a backend's first id.
+/// What the rows of `shard_id_meta.origin` say, read before a backend's first id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {
     /// The earliest epoch in the rows (Unix ms); `None` when there are no rows.
@@ -60,15 +60,26 @@ pub fn decide(
         };
     }
     let ours = recorded.system_identifiers.contains(&this_server);
+    let others = recorded
+        .system_identifiers
+        .iter()
+        .any(|&id| id != this_server);
     Verdict::Issue {
-        floor_unix_ms: (!ours).then(|| {
-            now_unix_ms
-                .saturating_add(MAX_LEAD_MS)
-                .saturating_add(LEASE_STEP_MS)
-        }),
-        // a new server, or an epoch moved earlier (so later ids are made with it)
-        record: !ours || recorded_epoch > epoch_unix_ms,
+        floor_unix_ms: others.then(|| floor_for_other_servers(now_unix_ms)),
+        // another server's rows (this one takes them in: its row replaces theirs), no row of
+        // this server yet, or an epoch moved earlier (so later ids are made with it)
+        record: others || !ours || recorded_epoch > epoch_unix_ms,
     }
+}
+
+/// Where new ids start in data that another server made, or may have made (its lease did not
+/// come along): above anything it could have issued. Its ids were at most [`MAX_LEAD_MS`] ahead
+/// of a clock no later than this one (the lead `borrow` allows), and its lease at most one step
+/// past them.
+pub fn floor_for_other_servers(now_unix_ms: i64) -> i64 {
+    now_unix_ms
+        .saturating_add(MAX_LEAD_MS)
+        .saturating_add(LEASE_STEP_MS)
 }
 
 #[cfg(test)]
@@ -107,12 +118,13 @@ mod tests {
                 record: false
             }
         );
-        // also after data from elsewhere was taken in once
+        // rows of another server beside ours (a data-only restore, or a dump of the old server
+        // restored after this one took the data in): its ids are here again
         assert_eq!(
             decide(&rows(Some(EPOCH), &[OLD, US]), US, EPOCH, NOW),
             Verdict::Issue {
-                floor_unix_ms: None,
-                record: false
+                floor_unix_ms: Some(floor_for_other_servers(NOW)),
+                record: true
             }
         );
     }

@@ -85,6 +85,8 @@ struct Header {
     evictions: AtomicU64,
     /// How many times the lease was extended (file, WAL record, flush).
     lease_writes: AtomicU64,
+    /// 1 when the server started without a lease file (a new data directory).
+    started_without_lease: AtomicU64,
     /// The lease in force (Unix ms), see [`crate::lease`]: no id above it may be issued.
     lease: AtomicI64,
     /// The epoch recorded for this server's ids (Unix ms) when the configured one is later, so
@@ -157,6 +159,7 @@ impl SlotTable {
                 in_use: AtomicUsize::new(0),
                 evictions: AtomicU64::new(0),
                 lease_writes: AtomicU64::new(0),
+                started_without_lease: AtomicU64::new(0),
                 lease: AtomicI64::new(i64::MIN),
                 refused_epoch: AtomicI64::new(i64::MIN),
                 floor: AtomicI64::new(i64::MIN),
@@ -217,6 +220,19 @@ impl SlotTable {
     /// How many times the lease was extended since the server started.
     pub fn lease_writes(&self) -> u64 {
         self.header().lease_writes.load(Ordering::Relaxed)
+    }
+
+    /// Whether the server started without a lease file: a new data directory (initdb, the target
+    /// of pg_upgrade or of a restore), or the file was deleted.
+    pub fn started_without_lease(&self) -> bool {
+        self.header().started_without_lease.load(Ordering::Relaxed) != 0
+    }
+
+    /// Records that the server started without a lease file.
+    pub fn mark_started_without_lease(&self) {
+        self.header()
+            .started_without_lease
+            .store(1, Ordering::Relaxed);
     }
 
     /// Counts one extension of the lease.

@@ -345,9 +345,47 @@ test_adopt_under_load() {
     stop_cluster adopt
 }
 
+test_node_form_errors() {
+    say "next_shard_id(seq) (a #[pg_extern]): 10,000 errors caught in one session, then ids"
+    start_cluster nodeform yes "pg_shard_id.node = 3"
+    q -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" \
+      -c "CREATE SEQUENCE short_seq MAXVALUE 3" -c "CREATE SEQUENCE s" -c "CREATE TABLE not_a_seq (x int)" \
+      -c "CREATE TABLE t (id bigint, n bigserial)" -c "CREATE ROLE nobody LOGIN"
+    local outcomes="CREATE FUNCTION pg_temp.outcomes(q text, n int) RETURNS text LANGUAGE plpgsql AS \$\$
+        DECLARE codes text[] := '{}';
+        BEGIN
+            FOR i IN 1..n LOOP
+                BEGIN EXECUTE q; codes := codes || 'ok'::text;
+                EXCEPTION WHEN others THEN codes := codes || SQLSTATE::text; END;
+            END LOOP;
+            RETURN (SELECT string_agg(c || ' x ' || k, ', ' ORDER BY c)
+                    FROM (SELECT c, count(*) AS k FROM unnest(codes) c GROUP BY c) x);
+        END \$\$"
+    local got
+    got="$(q -c "$outcomes" \
+        -c "SELECT pg_temp.outcomes('SELECT next_shard_id(''short_seq'')', 2000)" \
+        -c "SELECT pg_temp.outcomes('SELECT next_shard_id(''not_a_seq'')', 2000)" \
+        -c "SET pg_shard_id.test_clock_offset_ms = -10000000000000" \
+        -c "SELECT pg_temp.outcomes('SELECT next_shard_id(''s'')', 2000)" \
+        -c "RESET pg_shard_id.test_clock_offset_ms" \
+        -c "BEGIN READ ONLY" -c "SELECT pg_temp.outcomes('SELECT next_shard_id(''s'')', 2000)" -c "COMMIT" \
+        -c "INSERT INTO t (id) SELECT next_shard_id('s') FROM generate_series(1, 50000)" | tr '\n' ';')"
+    check "node form: exhausted, not a sequence, clock before the epoch (slow path), read-only" "$got" \
+        "2200H x 1997, ok x 3;42809 x 2000;22008 x 2000;25006 x 2000;"
+    check "node form: no privilege (2,000 x 42501)" \
+        "$(PGUSER=nobody q -c "$outcomes" -c "SELECT pg_temp.outcomes('SELECT next_shard_id(''s'')', 2000)")" "42501 x 2000"
+    check "node form: then 50,000 ids, distinct, all shard 3" \
+        "$(q -c "SELECT count(DISTINCT id) || ' ' || count(*) FILTER (WHERE shard_id_extract_shard(id) = 3) FROM t")" "50000 50000"
+    check "node form: increasing in the order drawn" \
+        "$(q -c "SELECT count(*) FROM (SELECT id, lag(id) OVER (ORDER BY n) AS prev FROM t) x WHERE id <= prev")" 0
+    check "node form: the server log has no crash" "$(grep -c 'terminated by signal' "$PGHOST/server.log" || true)" 0
+    stop_cluster nodeform
+}
+
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart
     epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards adopt_under_load
+    node_form_errors
     failover_clock failover_borrow point_in_time_recovery restore_elsewhere boot_before_epoch fast_hour
     step_during_wait)
 for t in "${tests[@]}"; do "test_$t"; done
