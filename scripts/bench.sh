@@ -5,12 +5,13 @@
 # docs/benchmarks-<version>.json it was made from).
 #   scripts/bench.sh           full run (about 15 minutes per version; run it on an idle machine)
 #   scripts/bench.sh --smoke   tiny sizes, writes to $RUN_DIR/bench-smoke/ only (CI runs this)
+#   BENCH_OUT_DIR=dir          write the report there instead of docs/
 source "$(dirname "$0")/lib.sh"
 stop_clusters_at_exit
 cd "$REPO"
 smoke=""
 [ "${1:-}" = --smoke ] && smoke="--smoke"
-out_dir="$REPO/docs"
+out_dir="${BENCH_OUT_DIR:-$REPO/docs}"
 [ -n "$smoke" ] && out_dir="$RUN_DIR/bench-smoke" && mkdir -p "$out_dir"
 
 python3 -c "import matplotlib" 2>/dev/null || pip install --quiet matplotlib
