@@ -62,8 +62,12 @@ def lease_records(since_lsn):
     now_lsn = psql("SELECT pg_current_wal_insert_lsn()")
     if since_lsn == now_lsn:
         return 0
-    out = subprocess.run(["pg_waldump", "--stats=record", "-p", os.path.join(os.environ["PGHOST"], "data", "pg_wal"),
-                          "-s", since_lsn, "-e", now_lsn], capture_output=True, text=True).stdout
+    psql("SELECT pg_switch_wal()")  # writes and flushes the WAL up to now_lsn, for pg_waldump to read
+    run = subprocess.run(["pg_waldump", "--stats=record", "-p", os.path.join(os.environ["PGHOST"], "data", "pg_wal"),
+                          "-s", since_lsn, "-e", now_lsn], capture_output=True, text=True)
+    if run.returncode != 0:
+        raise SystemExit(f"pg_waldump failed: {run.stderr.strip()}")
+    out = run.stdout
     return sum(int(m) for m in re.findall(r"^custom211/\S+(?: \(\w+\))?\s+(\d+)", out, re.M))
 
 

@@ -21,8 +21,9 @@ for version in ${PG_VERSIONS:-15 16 17 18}; do
     ensure_setup
     install_extension release
     # synchronous_commit = off: so that inserts measure the generators, not the disk's fsync;
-    # jit = off: so that a one-off compile does not distort the 2M-row queries
-    start_cluster bench yes "synchronous_commit = off" "jit = off"
+    # jit = off: so that a one-off compile does not distort the 2M-row queries;
+    # wal_keep_size: keeps the WAL of a whole section, where bench.py counts the lease records
+    start_cluster bench yes "synchronous_commit = off" "jit = off" "wal_keep_size = '16GB'"
     createdb bench
     psql -X -q -d bench -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" \
         -f bench/generators.sql
