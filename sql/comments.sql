@@ -39,7 +39,7 @@ COMMENT ON FUNCTION shard_id_adopt(regclass, name, integer) IS
     'Switches a serial, bigserial, identity or DEFAULT nextval(...) column to DEFAULT next_shard_id(its sequence, shard); returns the new default.';
 COMMENT ON FUNCTION shard_id_to_jsonb(anyelement) IS
     'to_jsonb(value) with every bigint and bigint[] as JSON strings, so ids survive JavaScript and JSON.parse.';
-COMMENT ON FUNCTION shard_id_meta.record_origin() IS
-    'Internal: records this server and its epoch in shard_id_meta.origin (next_shard_id calls it).';
-COMMENT ON FUNCTION shard_id_meta.read_origin() IS
+COMMENT ON FUNCTION _pg_shard_id.record_origin() IS
+    'Internal: records this server and its epoch in _pg_shard_id.origin (next_shard_id calls it).';
+COMMENT ON FUNCTION _pg_shard_id.read_origin() IS
     'Internal: the earliest recorded epoch (Unix ms), then the recorded servers (next_shard_id calls it).';

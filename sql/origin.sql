@@ -3,19 +3,21 @@
 -- pg_dump dumps its rows and pg_upgrade keeps them: the epoch and the origin travel with the data,
 -- which postgresql.conf and the lease file in the data directory do not. It lives in a schema of
 -- its own, so that tools which compare a schema's tables with an application's models (Alembic's
--- autogenerate, for one) do not see it among the application's tables.
-CREATE SCHEMA shard_id_meta;
-GRANT USAGE ON SCHEMA shard_id_meta TO PUBLIC;
-COMMENT ON SCHEMA shard_id_meta IS
+-- autogenerate, for one) do not see it among the application's tables, named like internal
+-- schemas are (a leading underscore), so that no schema-per-shard pattern such as 'shard\_%'
+-- matches it.
+CREATE SCHEMA _pg_shard_id;
+GRANT USAGE ON SCHEMA _pg_shard_id TO PUBLIC;
+COMMENT ON SCHEMA _pg_shard_id IS
     'pg_shard_id''s own records (the table origin); written by pg_shard_id only.';
-CREATE TABLE shard_id_meta.origin (
+CREATE TABLE _pg_shard_id.origin (
     epoch timestamptz NOT NULL,
     system_identifier bigint NOT NULL,
     recorded_at timestamptz NOT NULL DEFAULT pg_catalog.now()
 );
-SELECT pg_catalog.pg_extension_config_dump('shard_id_meta.origin', '');
-GRANT SELECT ON shard_id_meta.origin TO PUBLIC;
-COMMENT ON TABLE shard_id_meta.origin IS
+SELECT pg_catalog.pg_extension_config_dump('_pg_shard_id.origin', '');
+GRANT SELECT ON _pg_shard_id.origin TO PUBLIC;
+COMMENT ON TABLE _pg_shard_id.origin IS
     'The servers (system identifier) that issued ids in this database and their pg_shard_id.epoch; kept by pg_dump and pg_upgrade. Written by pg_shard_id only.';
 
 -- Adds this server's row, with this server's epoch (never later than the recorded one: that is
@@ -23,27 +25,27 @@ COMMENT ON TABLE shard_id_meta.origin IS
 -- true. Called by next_shard_id before a backend's first id when the rows say so, through the
 -- function manager (so no EXECUTE privilege is needed, and none is granted: the rows are facts
 -- about servers, which only the extension records).
-CREATE FUNCTION shard_id_meta.record_origin() RETURNS boolean
+CREATE FUNCTION _pg_shard_id.record_origin() RETURNS boolean
     LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog
 BEGIN ATOMIC
-    DELETE FROM shard_id_meta.origin
+    DELETE FROM _pg_shard_id.origin
         WHERE system_identifier <> (SELECT c.system_identifier FROM pg_catalog.pg_control_system() c);
-    INSERT INTO shard_id_meta.origin (epoch, system_identifier)
+    INSERT INTO _pg_shard_id.origin (epoch, system_identifier)
         SELECT i.epoch, c.system_identifier
         FROM @extschema@.pg_shard_id_info() i, pg_catalog.pg_control_system() c;
     SELECT true;
 END;
-REVOKE EXECUTE ON FUNCTION shard_id_meta.record_origin() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION _pg_shard_id.record_origin() FROM PUBLIC;
 
 -- What next_shard_id reads before a backend's first id: the earliest recorded epoch (Unix ms;
 -- NULL without rows), then the system identifiers. Called by OID like record_origin(), and
 -- SECURITY DEFINER with its names resolved when it was created, so that no role's search_path
 -- or privileges change what it reads.
-CREATE FUNCTION shard_id_meta.read_origin() RETURNS bigint[]
+CREATE FUNCTION _pg_shard_id.read_origin() RETURNS bigint[]
     LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
 BEGIN ATOMIC
     SELECT ARRAY[(extract(epoch FROM min(o.epoch)) * 1000)::bigint]
            || array_agg(DISTINCT o.system_identifier)
-    FROM shard_id_meta.origin o;
+    FROM _pg_shard_id.origin o;
 END;
-REVOKE EXECUTE ON FUNCTION shard_id_meta.read_origin() FROM PUBLIC;
+REVOKE EXECUTE ON FUNCTION _pg_shard_id.read_origin() FROM PUBLIC;

@@ -1,5 +1,5 @@
 //! The database's record of where its ids came from (`pg_shard_id_core::origin`), read once per
-//! backend, before its first id: the table `shard_id_meta.origin` (`sql/origin.sql`).
+//! backend, before its first id: the table `_pg_shard_id.origin` (`sql/origin.sql`).
 //!
 //! This runs on the slow path only: [`checked`] is one load of a process-local flag on the fast
 //! path, and everything else here runs inside pgrx's guard (it queries through SPI and may raise
@@ -22,7 +22,7 @@ pub fn checked() -> bool {
     CHECKED.load(Ordering::Relaxed)
 }
 
-/// Reads `shard_id_meta.origin` and acts on [`decide`]: raises 55000 when the configured epoch is later
+/// Reads `_pg_shard_id.origin` and acts on [`decide`]: raises 55000 when the configured epoch is later
 /// than the recorded one; raises `table`'s floor when the ids were made by another server; records
 /// this server. Call inside pgrx's guard, before the guard decides.
 pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
@@ -30,7 +30,7 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
         return;
     }
     let now = crate::clock::now_unix_ms();
-    let Some(read_origin) = member_function("shard_id_meta.read_origin()") else {
+    let Some(read_origin) = member_function("_pg_shard_id.read_origin()") else {
         // The SQL of a version before 0.4.0 (ALTER EXTENSION ... UPDATE not run yet): nothing is
         // recorded. On a server whose data directory started without a lease file (a new
         // cluster: the target of pg_upgrade or of a restore), the ids may have been made
@@ -121,11 +121,11 @@ fn member_function(signature: &str) -> Option<pg_sys::Oid> {
     (owner == ours && ours != pg_sys::InvalidOid).then_some(oid)
 }
 
-/// Runs `shard_id_meta.record_origin()` through the function manager: it is SECURITY DEFINER and
+/// Runs `_pg_shard_id.record_origin()` through the function manager: it is SECURITY DEFINER and
 /// nobody has EXECUTE on it, so only the extension (and superusers) can record a server.
 fn record_this_server() {
-    let oid = member_function("shard_id_meta.record_origin()").unwrap_or_else(|| {
-        error!("pg_shard_id: shard_id_meta.record_origin() is missing; reinstall the extension")
+    let oid = member_function("_pg_shard_id.record_origin()").unwrap_or_else(|| {
+        error!("pg_shard_id: _pg_shard_id.record_origin() is missing; reinstall the extension")
     });
     // SAFETY: a function of this extension (checked above) that takes no arguments and returns a
     // boolean.
@@ -149,7 +149,7 @@ fn epoch_later_than_recorded(recorded_unix_ms: i64, epoch_unix_ms: i64) -> ! {
     )
     .set_detail(
         "With a later epoch, new ids could repeat existing ones, so none are issued. The epoch is \
-         recorded in the table shard_id_meta.origin, which pg_dump and pg_upgrade carry; \
+         recorded in the table _pg_shard_id.origin, which pg_dump and pg_upgrade carry; \
          postgresql.conf is not carried.",
     )
     .set_hint(format!(

@@ -39,25 +39,25 @@ mod tests {
         run("CREATE SEQUENCE origin_pg_test");
         let _: i64 = one("SELECT next_shard_id('origin_pg_test', 1)");
         assert!(one::<bool>(
-            "SELECT count(*) >= 1 FROM shard_id_meta.origin o, pg_shard_id_info() i \
+            "SELECT count(*) >= 1 FROM _pg_shard_id.origin o, pg_shard_id_info() i \
              WHERE o.epoch = i.epoch \
                AND o.system_identifier = (SELECT system_identifier FROM pg_control_system())"
         ));
         for function in [
-            "shard_id_meta.record_origin()",
-            "shard_id_meta.read_origin()",
+            "_pg_shard_id.record_origin()",
+            "_pg_shard_id.read_origin()",
         ] {
             assert!(!one::<bool>(&format!(
                 "SELECT has_function_privilege('public', '{function}', 'EXECUTE')"
             )));
         }
         assert!(!one::<bool>(
-            "SELECT has_table_privilege('public', 'shard_id_meta.origin', 'INSERT, UPDATE, DELETE')"
+            "SELECT has_table_privilege('public', '_pg_shard_id.origin', 'INSERT, UPDATE, DELETE')"
         ));
         run("CREATE ROLE origin_pg_test_role");
         run("SET LOCAL ROLE origin_pg_test_role");
-        assert_eq!(sqlstate_of("SELECT shard_id_meta.record_origin()"), "42501");
-        assert!(one::<bool>("SELECT count(*) > 0 FROM shard_id_meta.origin"));
+        assert_eq!(sqlstate_of("SELECT _pg_shard_id.record_origin()"), "42501");
+        assert!(one::<bool>("SELECT count(*) > 0 FROM _pg_shard_id.origin"));
     }
 
     #[pg_test]
@@ -188,8 +188,8 @@ mod tests {
             "shard_id_from_shortcode(text):iss",
             "shard_id_to_jsonb(anyelement):sss",
             "shard_id_adopt(regclass,name,integer):vu-",
-            "shard_id_meta.record_origin():vu-",
-            "shard_id_meta.read_origin():su-",
+            "_pg_shard_id.record_origin():vu-",
+            "_pg_shard_id.read_origin():su-",
         ];
         for label in expected {
             assert!(labels.contains(label), "{label} missing from {labels}");

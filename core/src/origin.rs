@@ -1,5 +1,5 @@
 //! Where a database's ids came from: the epoch they were made with and the server that made them,
-//! recorded *in the database* (the extension's table `shard_id_meta.origin`), so that both travel with
+//! recorded *in the database* (the extension's table `_pg_shard_id.origin`), so that both travel with
 //! the data through pg_dump/pg_restore and pg_upgrade, which carry neither `postgresql.conf` nor
 //! the lease file.
 //!
@@ -18,7 +18,7 @@
 use crate::guard::MAX_LEAD_MS;
 use crate::lease::LEASE_STEP_MS;
 
-/// What the rows of `shard_id_meta.origin` say, read before a backend's first id.
+/// What the rows of `_pg_shard_id.origin` say, read before a backend's first id.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Recorded {
     /// The earliest epoch in the rows (Unix ms); `None` when there are no rows.

@@ -274,7 +274,7 @@ test_restore_elsewhere() {
     export PGDATABASE=restored
     check "restore elsewhere: pg_restore without errors" "$(wc -c <"$RUN_DIR/elsewhere/restore.log")" 0
     check "restore elsewhere: the recorded epoch came along" \
-        "$(q -c "SELECT min(epoch) FROM shard_id_meta.origin")" "2020-01-01 00:00:00+00"
+        "$(q -c "SELECT min(epoch) FROM _pg_shard_id.origin")" "2020-01-01 00:00:00+00"
     local err; err="$(error_of -c "SELECT next_shard_id('s', 1)")"
     echo "  $err"
     check "restore elsewhere, epoch missing from postgresql.conf: refused (55000) naming both epochs" \
@@ -285,7 +285,7 @@ test_restore_elsewhere() {
     check "restore elsewhere, epoch set: new ids equal to restored rows" "$(equal_ids)" 0
     check "restore elsewhere, epoch set: every new id is above every restored row" "$(all_above)" t
     check "restore elsewhere: this server is recorded" \
-        "$(q -c "SELECT count(*) FROM shard_id_meta.origin WHERE system_identifier = (SELECT system_identifier FROM pg_control_system())")" 1
+        "$(q -c "SELECT count(*) FROM _pg_shard_id.origin WHERE system_identifier = (SELECT system_identifier FROM pg_control_system())")" 1
     check "restore elsewhere: the server log says why ids start ahead" \
         "$(grep -c 'holds ids that another server may have made' "$RUN_DIR/elsewhere/server.log")" 1
     export PGDATABASE=postgres

@@ -65,7 +65,7 @@ check "upgraded, epoch set: new ids equal to old rows" "$(equal_ids)" 0
 check "upgraded, epoch set: every new id is above every old row" "$(all_above)" t
 check "upgraded: the new server took the data in (its row replaced the old server's)" \
     "$(q -c "SELECT string_agg(DISTINCT (system_identifier = (SELECT system_identifier FROM pg_control_system()))::text, ',')
-             || ' ' || bool_or(system_identifier = $old_identifier) FROM shard_id_meta.origin")" "true false"
+             || ' ' || bool_or(system_identifier = $old_identifier) FROM _pg_shard_id.origin")" "true false"
 stop_cluster upgrade_new
 echo
 echo "pg_upgrade: $PASSED passed, $FAILED failed"

@@ -36,7 +36,7 @@ for v in "${old_versions[@]}"; do
     cp "$REPO/sql/pg_shard_id--$v.sql" "$EXT_DIR/" && copied+=("$EXT_DIR/pg_shard_id--$v.sql")
 done
 
-# Every function of schemas public and shard_id_meta, whole (arguments, result, language, body or C symbol, labels,
+# Every function of schemas public and _pg_shard_id, whole (arguments, result, language, body or C symbol, labels,
 # cost, SET options), with its comment and privileges.
 functions() {
     q -d "$1" -c "SELECT string_agg(p.oid::regprocedure::text || E'\n' || pg_get_functiondef(p.oid)
@@ -44,7 +44,7 @@ functions() {
                                      || E'\nacl: ' || coalesce(p.proacl::text, '(default)'),
                                      E'\n\n' ORDER BY p.oid::regprocedure::text)
                   FROM pg_proc p
-                  WHERE p.pronamespace IN ('public'::regnamespace, to_regnamespace('shard_id_meta'))"
+                  WHERE p.pronamespace IN ('public'::regnamespace, to_regnamespace('_pg_shard_id'))"
 }
 # The extension's members, but for the test build's schema "tests" (#[pg_test] functions).
 members() {
@@ -56,7 +56,7 @@ members() {
 }
 # What the user's tables are made of and hold: files (a rewrite changes them), defaults and
 # generated expressions, constraints, indexes, views, and the rows (through the views too). The
-# extension's own tables (members, such as shard_id_meta.origin) are the members check's business.
+# extension's own tables (members, such as _pg_shard_id.origin) are the members check's business.
 user_objects() {
     local user_rel="NOT EXISTS (SELECT FROM pg_depend d WHERE d.classid = 'pg_class'::regclass
                                  AND d.objid = %s AND d.deptype = 'e')"
@@ -194,10 +194,10 @@ for old in "${old_versions[@]}"; do
         -c "INSERT INTO events (note) SELECT 'new' FROM generate_series(1, 1000)"
     check "$old: new ids are above every old one" \
         "$(q -d "$db" -c "SELECT count(*) FROM photos WHERE id > $max_before")" 1000
-    check "$old: after the first id, shard_id_meta.origin holds this server and its epoch only" \
+    check "$old: after the first id, _pg_shard_id.origin holds this server and its epoch only" \
         "$(q -d "$db" -c "SELECT count(*) FILTER (WHERE o.epoch = i.epoch AND o.system_identifier = c.system_identifier) > 0
                                   AND count(*) FILTER (WHERE o.system_identifier <> c.system_identifier) = 0
-                           FROM shard_id_meta.origin o, pg_shard_id_info() i, pg_control_system() c")" t
+                           FROM _pg_shard_id.origin o, pg_shard_id_info() i, pg_control_system() c")" t
     check "$old: no duplicates" "$(q -d "$db" -c "SELECT count(*) - count(DISTINCT id) FROM (SELECT id FROM photos UNION ALL SELECT id FROM events) x")" 0
     check "$old: decoded views agree with the stored columns" \
         "$(q -d "$db" -c "SELECT count(*) FROM photo_fields f JOIN photos p USING (id)
