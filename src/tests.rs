@@ -43,10 +43,7 @@ mod tests {
              WHERE o.epoch = i.epoch \
                AND o.system_identifier = (SELECT system_identifier FROM pg_control_system())"
         ));
-        for function in [
-            "_pg_shard_id.record_origin()",
-            "_pg_shard_id.read_origin()",
-        ] {
+        for function in ["_pg_shard_id.record_origin()", "_pg_shard_id.read_origin()"] {
             assert!(!one::<bool>(&format!(
                 "SELECT has_function_privilege('public', '{function}', 'EXECUTE')"
             )));
