@@ -31,12 +31,17 @@ standby_of() {
     stop_cluster "$name"
     rm -rf "$dir" && mkdir -p "$dir" && chown postgres: "$dir"
     at "$primary"
-    as_pg "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$dir/data" -R -X stream -c fast
+    as_pg "$PG_BIN/pg_basebackup" -h "$PGHOST" -p "$PGPORT" -U postgres -D "$dir/data" -X stream -c fast
+    # primary_conninfo written here, not by pg_basebackup -R: -R writes every option its libpq
+    # knows, and a server whose walreceiver loads an older libpq (the wheels' builds find the
+    # system's) refuses the newer ones (sslcertmode)
     {
         echo "port = $(free_port)"
         echo "unix_socket_directories = '$dir'"
+        echo "primary_conninfo = 'host=$PGHOST port=$PGPORT user=postgres application_name=$name'"
         for line in "$@"; do echo "$line"; done
     } | as_pg tee -a "$dir/data/postgresql.conf" >/dev/null
+    as_pg touch "$dir/data/standby.signal"
     STARTED_CLUSTERS+=("$name")
     start_again "$name"
 }
@@ -74,8 +79,13 @@ test_failover() {
     standby_of primary standby
     at primary
     q -c "ALTER SYSTEM SET synchronous_standby_names = '*'" -c "SELECT pg_reload_conf()" >/dev/null
-    wait_for 30 "SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'" ||
-        echo "  the standby did not become synchronous"
+    if ! wait_for 30 "SELECT count(*) = 1 FROM pg_stat_replication WHERE sync_state = 'sync'"; then
+        check "$label: the standby is synchronous" no yes
+        tail -5 "$RUN_DIR/standby/server.log" | sed 's/^/    /'
+        stop_cluster standby
+        stop_cluster primary
+        return 0
+    fi
     local burst_start; burst_start="$(date +%s%3N)"
     if [ "$lead" = clock ]; then
         q -c "SET pg_shard_id.test_clock_offset_ms = 20000" \
