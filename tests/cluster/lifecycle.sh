@@ -62,10 +62,11 @@ draw_past_newest() {
             INSERT INTO t_new SELECT next_shard_id('s', 1) FROM generate_series(1, 20000);
         END LOOP; END \$\$"
 }
-# the test clock offset that reads, now, 0.5 s before what a clock $1 ms fast read at $2 (date +%s%3N)
-same_time_again() { echo $(( $1 - ($(date +%s%3N) - $2) - 500 )); }
+# the test clock offset that reads, now, 1.5 s before what a clock $1 ms fast read at $2 (date +%s%3N)
+same_time_again() { echo $(( $1 - ($(date +%s%3N) - $2) - 1500 )); }
 equal_ids() { q -c "SELECT count(*) FROM t_new JOIN t USING (id)"; }
-all_above() { q -c "SELECT (SELECT min(id) FROM t_new) > (SELECT max(id) FROM t)"; }
+# t when ids were drawn into t_new and all are above every row of t (f if none were drawn)
+all_above() { q -c "SELECT coalesce((SELECT min(id) FROM t_new) > (SELECT max(id) FROM t), false)"; }
 
 # Primary with a synchronous standby (remote_apply: every committed row is on the standby), a
 # lead, kill -9, promote. $1: how the lead is made:
@@ -227,8 +228,9 @@ test_fast_hour() {
     sleep 1.5
     crash fast
     start_again fast
-    # an hour later the clock reads what it read at the burst: start 1 s before it
-    fake_clock "+$(awk "BEGIN { print 3600 - ($(date +%s.%N) - $burst_start) - 1 }")"
+    # an hour later the clock reads what it read at the burst: start 3 s before it (the file is
+    # re-read within 1 s, and the sleep below takes 1.5 s)
+    fake_clock "+$(awk "BEGIN { print 3600 - ($(date +%s.%N) - $burst_start) - 3 }")"
     sleep 1.5
     draw_past_newest "$newest"
     echo "  $(q -c "SELECT count(*) FROM t_new") ids drawn until the clock passed the newest row"
