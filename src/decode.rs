@@ -1,6 +1,8 @@
 //! Decoding ids and composing them: the primary key as a time index and a routing key.
 //!
-//! Functions that read `pg_shard_id.epoch` are STABLE (a setting can change between statements);
+//! Functions that read `pg_shard_id.epoch` are STABLE: their result depends on a setting, not only
+//! on their arguments (the setting is fixed while a server runs, but another server, or this one
+//! after a restart, may have another; an index must not keep values computed with it);
 //! each has an overload with a trailing `epoch timestamptz` argument that is IMMUTABLE, for
 //! indexes, generated columns and ids made with another epoch (Instagram's was
 //! `2011-01-01 00:00:00+00`). Functions that do not involve time are IMMUTABLE. All are STRICT and

@@ -62,9 +62,11 @@ pub fn node_shard() -> i64 {
             "pg_shard_id: next_shard_id(seq) needs a node number: pg_shard_id.node is not set and \
              this database has no Citus"
                 .into(),
-            "Set pg_shard_id.node to a number (0 to 8191) that no other server writing ids of the \
-             same tables uses, in postgresql.conf or with ALTER SYSTEM, and reload; or use \
-             next_shard_id(seq, shard).",
+            &format!(
+                "Set pg_shard_id.node to a number (0 to {MAX_SHARD}) that no other server writing \
+                 ids of the same tables uses, in postgresql.conf or with ALTER SYSTEM, and reload; \
+                 or use next_shard_id(seq, shard)."
+            ),
         );
     };
     let group = read_group_id();
@@ -75,7 +77,10 @@ pub fn node_shard() -> i64 {
                 "pg_shard_id: this node's Citus group id ({group}) is not a shard number (0 to \
                  {MAX_SHARD})"
             ),
-            "Set pg_shard_id.node on every node to distinct numbers from 0 to 8191 and reload.",
+            &format!(
+                "Set pg_shard_id.node on every node to distinct numbers from 0 to {MAX_SHARD} and \
+                 reload."
+            ),
         );
     };
     register_callback();

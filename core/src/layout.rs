@@ -89,15 +89,6 @@ impl std::fmt::Display for LayoutError {
     }
 }
 
-/// A one-line description of the layout for hints and setting descriptions, e.g.
-/// "41 bits ms since the epoch, 13 bits shard (0..8191), 10 bits seq (0..1023)".
-pub fn describe() -> String {
-    format!(
-        "{TIMESTAMP_BITS} bits ms since the epoch, {SHARD_BITS} bits shard (0..{MAX_SHARD}), \
-         {SEQ_BITS} bits seq (0..{MAX_SEQ})"
-    )
-}
-
 /// Checks a shard number.
 pub fn check_shard(shard: i64) -> Result<i64, LayoutError> {
     if (0..=MAX_SHARD).contains(&shard) {

@@ -23,8 +23,8 @@
 //! lost record could have held (see [`plan_start`]).
 
 use crate::guard::MAX_LEAD_MS;
+use crate::hash::fnv1a64;
 use crate::layout::MAX_MS;
-use crate::routing::fnv1a64;
 use crate::time::format_unix_ms;
 use std::fs::{File, OpenOptions};
 use std::io::{self, Read, Write};

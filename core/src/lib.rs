@@ -5,6 +5,7 @@
 //! Everything here is tested with ordinary `cargo test`, without a database.
 
 pub mod guard;
+pub mod hash;
 pub mod json;
 pub mod layout;
 pub mod lease;

@@ -37,12 +37,7 @@ pub fn shard_for_int(key: i64, shard_count: i64) -> Result<i64, ShardCountOutOfR
     Ok(key.rem_euclid(check_count(shard_count)? as i64))
 }
 
-/// 64-bit FNV-1a.
-pub fn fnv1a64(bytes: &[u8]) -> u64 {
-    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |hash, &b| {
-        (hash ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3)
-    })
-}
+pub use crate::hash::fnv1a64;
 
 /// `fnv1a64(key) mod shard_count`. `key` is the text's UTF-8 bytes (the SQL layer converts from
 /// the database encoding first, so a key routes the same in every database).
