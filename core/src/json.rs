@@ -1,240 +1,205 @@
-//! Writing bigints as JSON strings in the JSON text PostgreSQL made (`jsonb_out` of `to_jsonb`).
+//! Which numbers of a `to_jsonb` value `shard_id_to_jsonb` writes as JSON strings, decided token
+//! by token while the extension walks the jsonb value with PostgreSQL's own iterator
+//! (`src/json.rs`). Nothing here reads or writes JSON text: the structure decides, so a key, a
+//! string or a nested value can never be mistaken for a bigint field (0.3.0 re-scanned jsonb's
+//! text, and a duplicate column name or a numeric column named like a bigint one went wrong).
 //!
-//! JavaScript numbers hold integers exactly only up to 2^53, and shard ids are above it 12 days
-//! after the epoch. `quote_fields` rewrites the values of the named top-level fields of a JSON
-//! object, and `quote_integers` a whole value, so that every integer in them becomes a string:
-//! `{"id": 123, "n": [1, null]}` with field `id` becomes `{"id": "123", "n": [1, null]}`.
-//!
-//! Only values of `bigint` or `bigint[]` columns are rewritten, and their JSON holds nothing but
-//! integers, `null`, brackets, commas and spaces, so quoting every run of digits in them is exact.
-//! The rest of the text (strings with any escapes, nested objects, numbers of other columns) is
-//! scanned, never changed. The text is bytes in the server's encoding: every server encoding is
-//! ASCII-compatible, and only ASCII bytes are looked at.
+//! The rule, by type: a value whose type is `bigint` or `bigint[]` has every number in it
+//! quoted; in a row, the value of each top-level key whose column is `bigint` or `bigint[]`.
+//! When a row has two columns of one name, jsonb keeps the last one's value, so the last
+//! column's type decides ([`bigint_keys`]).
 
-/// Every integer in `json` (a number, or an array of them nested to any depth, or `null`) as a
-/// string: `[1, -2, null]` gives `["1", "-2", null]`.
-pub fn quote_integers(json: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(json.len() + 16);
-    let mut in_number = false;
-    for &b in json {
-        let digit_or_sign = b.is_ascii_digit() || b == b'-';
-        if digit_or_sign != in_number {
-            out.push(b'"');
-        }
-        in_number = digit_or_sign;
-        out.push(b);
-    }
-    if in_number {
-        out.push(b'"');
-    }
-    out
+use std::collections::HashMap;
+
+/// A token of a jsonb value, as PostgreSQL's `JsonbIteratorNext` returns them (without the
+/// payloads, except a key's bytes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Token<'a> {
+    BeginObject,
+    EndObject,
+    BeginArray,
+    EndArray,
+    Key(&'a [u8]),
+    /// A scalar value of an object's key.
+    Value,
+    /// A scalar element of an array.
+    Elem,
 }
 
-/// `name` as a JSON string literal, escaped as PostgreSQL's `escape_json` does (so it matches the
-/// keys `jsonb_out` writes byte for byte).
-fn json_key(name: &[u8]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(name.len() + 2);
-    out.push(b'"');
-    for &b in name {
-        match b {
-            b'"' => out.extend_from_slice(b"\\\""),
-            b'\\' => out.extend_from_slice(b"\\\\"),
-            0x08 => out.extend_from_slice(b"\\b"),
-            0x0c => out.extend_from_slice(b"\\f"),
-            b'\n' => out.extend_from_slice(b"\\n"),
-            b'\r' => out.extend_from_slice(b"\\r"),
-            b'\t' => out.extend_from_slice(b"\\t"),
-            b if b < 0x20 => out.extend_from_slice(format!("\\u{b:04x}").as_bytes()),
-            b => out.push(b),
-        }
+/// The top-level keys whose values are quoted: for each column name, whether the *last* column
+/// of that name (the one jsonb keeps) is `bigint` or `bigint[]`.
+pub fn bigint_keys<'a>(columns: impl IntoIterator<Item = (&'a [u8], bool)>) -> Vec<Vec<u8>> {
+    let mut last = HashMap::new();
+    for (name, is_bigint) in columns {
+        last.insert(name, is_bigint);
     }
-    out.push(b'"');
-    out
+    let mut keys: Vec<Vec<u8>> = last
+        .into_iter()
+        .filter(|&(_, is_bigint)| is_bigint)
+        .map(|(name, _)| name.to_vec())
+        .collect();
+    keys.sort();
+    keys
 }
 
-/// The end (exclusive) of the JSON string starting at `start` (a `"`).
-fn string_end(bytes: &[u8], start: usize) -> usize {
-    let mut i = start + 1;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'\\' => i += 2,
-            b'"' => return i + 1,
-            _ => i += 1,
-        }
-    }
-    bytes.len()
+/// Walks the tokens of one jsonb value and says which scalars to quote.
+pub struct Quoter<'k> {
+    /// The whole value is a bigint or bigint[]: quote every number.
+    whole: bool,
+    /// Top-level keys whose values are quoted (see [`bigint_keys`]).
+    keys: &'k [Vec<u8>],
+    /// Containers entered so far.
+    depth: usize,
+    /// The last top-level key was one of `keys`.
+    key_is_bigint: bool,
+    /// Inside the array value of such a key: its depth.
+    quoting_from: Option<usize>,
 }
 
-/// The end (exclusive) of the JSON value starting at `start`: a string, an object or array
-/// (brackets counted outside strings), or a scalar running to the next `,`, `}` or `]`.
-fn value_end(bytes: &[u8], start: usize) -> usize {
-    let mut depth = 0usize;
-    let mut i = start;
-    while i < bytes.len() {
-        match bytes[i] {
-            b'"' => {
-                i = string_end(bytes, i);
-                if depth == 0 {
-                    return i;
+impl<'k> Quoter<'k> {
+    /// For a value of type bigint or bigint[]: every number is quoted.
+    pub fn whole() -> Quoter<'static> {
+        Quoter {
+            whole: true,
+            keys: &[],
+            depth: 0,
+            key_is_bigint: false,
+            quoting_from: None,
+        }
+    }
+
+    /// For a row: the values of `keys` at the top level are quoted.
+    pub fn fields(keys: &'k [Vec<u8>]) -> Self {
+        Quoter {
+            whole: false,
+            keys,
+            depth: 0,
+            key_is_bigint: false,
+            quoting_from: None,
+        }
+    }
+
+    /// Takes the next token; for a scalar ([`Token::Value`], [`Token::Elem`]) returns whether a
+    /// number there is to be written as a string.
+    pub fn quote(&mut self, token: Token<'_>) -> bool {
+        match token {
+            Token::BeginObject | Token::BeginArray => {
+                self.depth += 1;
+                if self.depth == 2 && self.key_is_bigint && token == Token::BeginArray {
+                    self.quoting_from = Some(2);
                 }
-                continue;
+                false
             }
-            b'{' | b'[' => depth += 1,
-            b'}' | b']' if depth == 0 => return i,
-            b'}' | b']' => {
-                depth -= 1;
-                if depth == 0 {
-                    return i + 1;
+            Token::EndObject | Token::EndArray => {
+                if self.quoting_from == Some(self.depth) {
+                    self.quoting_from = None;
                 }
+                self.depth = self.depth.saturating_sub(1);
+                false
             }
-            b',' if depth == 0 => return i,
-            _ => {}
+            Token::Key(key) => {
+                if self.depth == 1 {
+                    self.key_is_bigint = self.keys.iter().any(|k| k.as_slice() == key);
+                }
+                false
+            }
+            Token::Value => {
+                self.whole || self.quoting_from.is_some() || (self.depth == 1 && self.key_is_bigint)
+            }
+            Token::Elem => self.whole || self.quoting_from.is_some(),
         }
-        i += 1;
-    }
-    bytes.len()
-}
-
-fn skip_space(bytes: &[u8], mut i: usize) -> usize {
-    while i < bytes.len() && bytes[i].is_ascii_whitespace() {
-        i += 1;
-    }
-    i
-}
-
-/// `object` (a JSON object as `jsonb_out` writes it) with the values of the top-level keys in
-/// `fields` passed through [`quote_integers`]. Anything that is not an object is returned as is.
-pub fn quote_fields<F: AsRef<[u8]>>(object: &[u8], fields: &[F]) -> Vec<u8> {
-    let bytes = object;
-    let keys: Vec<Vec<u8>> = fields.iter().map(|f| json_key(f.as_ref())).collect();
-    let mut i = skip_space(bytes, 0);
-    if fields.is_empty() || bytes.get(i) != Some(&b'{') {
-        return object.to_owned();
-    }
-    let mut out = Vec::with_capacity(object.len() + 2 * fields.len());
-    i += 1;
-    out.extend_from_slice(&object[..i]);
-    loop {
-        // At a key, or at the closing brace of an empty object.
-        let key_start = skip_space(bytes, i);
-        if bytes.get(key_start) != Some(&b'"') {
-            out.extend_from_slice(&object[i..]);
-            return out;
-        }
-        let key_end = string_end(bytes, key_start);
-        let colon = skip_space(bytes, key_end);
-        let value_start = skip_space(bytes, colon + 1);
-        let value_stop = value_end(bytes, value_start);
-        out.extend_from_slice(&object[i..value_start]);
-        let value = &object[value_start..value_stop];
-        if keys.iter().any(|k| k[..] == bytes[key_start..key_end]) {
-            out.extend_from_slice(&quote_integers(value));
-        } else {
-            out.extend_from_slice(value);
-        }
-        i = value_stop;
-        let next = skip_space(bytes, i);
-        if bytes.get(next) != Some(&b',') {
-            out.extend_from_slice(&object[i..]);
-            return out;
-        }
-        out.extend_from_slice(&object[i..=next]);
-        i = next + 1;
     }
 }
 
 #[cfg(test)]
 mod tests {
-    use proptest::prelude::*;
+    use super::*;
+    use Token::*;
 
-    fn names(n: &[&str]) -> Vec<String> {
-        n.iter().map(|s| (*s).to_owned()).collect()
-    }
-    fn quote_integers(json: &str) -> String {
-        String::from_utf8(super::quote_integers(json.as_bytes())).unwrap()
-    }
-    fn quote_fields(json: &str, fields: &[String]) -> String {
-        String::from_utf8(super::quote_fields(json.as_bytes(), fields)).unwrap()
-    }
-
-    #[test]
-    fn integers_and_arrays_of_them_become_strings() {
-        assert_eq!(quote_integers("9007199254740993"), "\"9007199254740993\"");
-        assert_eq!(quote_integers("-5"), "\"-5\"");
-        assert_eq!(quote_integers("null"), "null");
-        assert_eq!(
-            quote_integers("[1, -2, null, [3]]"),
-            "[\"1\", \"-2\", null, [\"3\"]]"
-        );
-        assert_eq!(quote_integers("[]"), "[]");
+    /// The scalars quoted in a token stream, by position.
+    fn quoted(q: &mut Quoter<'_>, tokens: &[Token<'_>]) -> Vec<bool> {
+        tokens
+            .iter()
+            .filter_map(|&t| {
+                let quote = q.quote(t);
+                matches!(t, Value | Elem).then_some(quote)
+            })
+            .collect()
     }
 
     #[test]
-    fn only_the_named_fields_change() {
-        let json =
-            r#"{"n": 1.50, "id": 1234567890123456789, "ids": [1, 2], "url": "a,b}\"id\": 3"}"#;
+    fn the_last_column_of_a_name_decides() {
+        let keys = bigint_keys([
+            (&b"id"[..], true),
+            (&b"id"[..], false),
+            (&b"v"[..], false),
+            (&b"v"[..], true),
+            (&b"n"[..], true),
+        ]);
+        assert_eq!(keys, vec![b"n".to_vec(), b"v".to_vec()]);
+    }
+
+    #[test]
+    fn only_top_level_values_of_bigint_keys_are_quoted() {
+        let keys = vec![b"id".to_vec(), b"ids".to_vec()];
+        let mut q = Quoter::fields(&keys);
+        // {"id": 1, "ids": [1, [2, null]], "j": {"id": 3, "ids": [4]}, "n": 5}
+        let tokens = [
+            BeginObject,
+            Key(b"id"),
+            Value,
+            Key(b"ids"),
+            BeginArray,
+            Elem,
+            BeginArray,
+            Elem,
+            Elem,
+            EndArray,
+            EndArray,
+            Key(b"j"),
+            BeginObject,
+            Key(b"id"),
+            Value,
+            Key(b"ids"),
+            BeginArray,
+            Elem,
+            EndArray,
+            EndObject,
+            Key(b"n"),
+            Value,
+            EndObject,
+        ];
         assert_eq!(
-            quote_fields(json, &names(&["id", "ids"])),
-            r#"{"n": 1.50, "id": "1234567890123456789", "ids": ["1", "2"], "url": "a,b}\"id\": 3"}"#
+            quoted(&mut q, &tokens),
+            [true, true, true, true, false, false, false]
         );
     }
 
     #[test]
-    fn nested_values_are_skipped_whole() {
-        let json = r#"{"a": {"id": 1, "b": [{"c": "]"}]}, "id": 7, "z": [[1], {"x": "}"}]}"#;
-        assert_eq!(
-            quote_fields(json, &names(&["id"])),
-            r#"{"a": {"id": 1, "b": [{"c": "]"}]}, "id": "7", "z": [[1], {"x": "}"}]}"#
-        );
+    fn a_nested_object_under_a_bigint_named_key_is_left_alone() {
+        // {"id": {"n": 5}} where the last "id" column is jsonb: not a bigint key at all; and
+        // were it one, an object value is not a bigint's
+        let keys = vec![b"id".to_vec()];
+        let mut q = Quoter::fields(&keys);
+        let tokens = [
+            BeginObject,
+            Key(b"id"),
+            BeginObject,
+            Key(b"n"),
+            Value,
+            EndObject,
+            EndObject,
+        ];
+        assert_eq!(quoted(&mut q, &tokens), [false]);
     }
 
     #[test]
-    fn keys_with_escapes_match_their_column_names() {
-        let json = "{\"a\\\"b\": 1, \"tab\\tx\": 2, \"\\u0001\": 3, \"ü\": 4, \"plain\": 5}";
-        let out = quote_fields(json, &names(&["a\"b", "tab\tx", "\u{1}", "ü"]));
-        assert_eq!(
-            out,
-            "{\"a\\\"b\": \"1\", \"tab\\tx\": \"2\", \"\\u0001\": \"3\", \"ü\": \"4\", \"plain\": 5}"
-        );
-    }
-
-    #[test]
-    fn no_fields_or_no_object_leaves_the_text_alone() {
-        assert_eq!(quote_fields(r#"{"id": 1}"#, &[]), r#"{"id": 1}"#);
-        assert_eq!(
-            super::quote_fields(b"{\"\xe9\": 1}", &[b"\xe9"]),
-            b"{\"\xe9\": \"1\"}"
-        );
-        assert_eq!(quote_fields("[1, 2]", &names(&["id"])), "[1, 2]");
-        assert_eq!(quote_fields("{}", &names(&["id"])), "{}");
-        assert_eq!(
-            quote_fields(r#"{"id": null}"#, &names(&["id"])),
-            r#"{"id": null}"#
-        );
-    }
-
-    proptest! {
-        /// Any bigint, in a field among others with awkward strings, comes back as its exact
-        /// decimal string, and the other fields are untouched.
-        #[test]
-        fn a_bigint_field_round_trips_as_its_decimal_text(
-            id in any::<i64>(),
-            ids in proptest::collection::vec(proptest::option::of(any::<i64>()), 0..5),
-            text in "[ -~]{0,12}",
-        ) {
-            let escaped = text.replace('\\', "\\\\").replace('"', "\\\"");
-            let array = ids.iter()
-                .map(|v| v.map_or("null".to_owned(), |v| v.to_string()))
-                .collect::<Vec<_>>().join(", ");
-            let json = format!(r#"{{"s": "{escaped}", "id": {id}, "ids": [{array}], "x": 1}}"#);
-            let out = quote_fields(&json, &names(&["id", "ids"]));
-            let quoted = ids.iter()
-                .map(|v| v.map_or("null".to_owned(), |v| format!("\"{v}\"")))
-                .collect::<Vec<_>>().join(", ");
-            prop_assert_eq!(
-                out,
-                format!(r#"{{"s": "{escaped}", "id": "{id}", "ids": [{quoted}], "x": 1}}"#)
-            );
-        }
+    fn a_whole_value_quotes_every_number() {
+        let mut q = Quoter::whole();
+        // a raw scalar is an array of one element with rawScalar set
+        assert_eq!(quoted(&mut q, &[BeginArray, Elem, EndArray]), [true]);
+        let mut q = Quoter::whole();
+        let tokens = [BeginArray, Elem, BeginArray, Elem, EndArray, EndArray];
+        assert_eq!(quoted(&mut q, &tokens), [true, true]);
     }
 }

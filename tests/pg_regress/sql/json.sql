@@ -41,3 +41,10 @@ SELECT shard_id_to_jsonb(11637205501278089::bigint) AS id,
        shard_id_to_jsonb(NULL::bigint) IS NULL AS strict;
 -- what to_jsonb alone does, for contrast: a number that JSON.parse rounds to 11637205501278088
 SELECT to_jsonb(p) -> 'id' AS to_jsonb_id FROM json_photos p WHERE id > 42;
+-- two columns of one name: jsonb keeps the last, and so does the quoting (0.3.0 quoted the
+-- jsonb's number, and failed with 22P02 on a numeric)
+SELECT shard_id_to_jsonb(t) FROM (SELECT 1::bigint AS id, '{"n":5}'::jsonb AS id) t;
+SELECT shard_id_to_jsonb(t) FROM (SELECT 7::bigint AS v, 2.5::numeric AS v) t;
+SELECT shard_id_to_jsonb(t) FROM (SELECT 2.5::numeric AS v, 7::bigint AS v) t;
+-- keys inside nested values are never looked at, whatever their names
+SELECT shard_id_to_jsonb(t) FROM (SELECT 5::bigint AS id, '{"id": 6, "ids": [7]}'::jsonb AS meta, ROW(8::bigint) AS r) t;
