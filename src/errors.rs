@@ -1,6 +1,7 @@
-//! How layout errors reach the user: one message, one SQLSTATE, one hint each.
+//! How errors and warnings reach the user: one message, one SQLSTATE, one hint each.
 
 use pg_shard_id_core::layout::{LayoutError, MAX_MS, MAX_SEQ, MAX_SHARD, SEQ_BITS, SHARD_BITS};
+use pg_shard_id_core::slots::{sequence_of, SlotKey};
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
@@ -43,6 +44,110 @@ pub fn raise(error: LayoutError, epoch_unix_ms: i64) -> ! {
         .set_hint(hint)
         .report(PgLogLevel::ERROR);
     unreachable!("ERROR does not return")
+}
+
+/// Raises a layout error from the guard. Past the horizon because of a lease floor (`floor`, in
+/// ms since the epoch, is past the layout), says so and names the lease file.
+#[cold]
+#[inline(never)]
+pub fn raise_layout_error(error: LayoutError, floor: i64, epoch_unix_ms: i64) -> ! {
+    if matches!(error, LayoutError::PastHorizon(_)) && floor > MAX_MS {
+        raise_with_hint(
+            PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+            format!(
+                "pg_shard_id: the lease file \"{}\" records ids up to {}, past the last \
+                 millisecond the id layout holds ({})",
+                crate::lease::LEASE_FILE,
+                format_unix_ms(floor.saturating_add(epoch_unix_ms)),
+                format_unix_ms(epoch_unix_ms + MAX_MS)
+            ),
+            "No id can be past that horizon, so the lease was written by a clock that was far \
+             ahead, or by hand. Check the server clock, then stop the server, delete \
+             pg_shard_id.lease in the data directory and start the server again.",
+        );
+    }
+    raise(error, epoch_unix_ms)
+}
+
+/// Where the epoch that the configured one is later than was recorded.
+pub enum Recorded {
+    /// In this server's lease (its file or WAL): the server's own ids.
+    Lease,
+    /// In the database's table `_pg_shard_id.origin`, carried by pg_dump and pg_upgrade.
+    Origin,
+}
+
+/// Raises 55000: `pg_shard_id.epoch` is later than the epoch ids were made with, so new ids could
+/// repeat old ones.
+#[cold]
+#[inline(never)]
+pub fn epoch_later_than_recorded(recorded_unix_ms: i64, epoch_unix_ms: i64, by: Recorded) -> ! {
+    let (recorded, configured) = (
+        format_unix_ms(recorded_unix_ms),
+        format_unix_ms(epoch_unix_ms),
+    );
+    let (whose, carried, how) = match by {
+        Recorded::Lease => (
+            "this server's",
+            "",
+            format!(
+                "Set pg_shard_id.epoch = '{recorded}' (or earlier) in postgresql.conf and \
+                 restart. Only if no id made with the old epoch is kept anywhere: stop the \
+                 server, delete pg_shard_id.lease in the data directory, and start it again."
+            ),
+        ),
+        Recorded::Origin => (
+            "this database's",
+            " The epoch is recorded in the table _pg_shard_id.origin, which pg_dump and \
+             pg_upgrade carry; postgresql.conf is not carried.",
+            format!(
+                "Set pg_shard_id.epoch = '{recorded}' (or earlier) in postgresql.conf and \
+                 restart PostgreSQL."
+            ),
+        ),
+    };
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+        format!(
+            "pg_shard_id: pg_shard_id.epoch ({configured}) is later than the epoch {whose} ids \
+             were made with ({recorded})"
+        ),
+        "pg_shard_id",
+    )
+    .set_detail(format!(
+        "With a later epoch, new ids could repeat existing ones, so none are issued.{carried}"
+    ))
+    .set_hint(how)
+    .report(PgLogLevel::ERROR);
+    unreachable!("ERROR does not return")
+}
+
+/// Logs the WARNING for a clock that stepped back by `step_ms`, seen while issuing for `key`.
+#[cold]
+#[inline(never)]
+pub fn warn_clock_step(key: SlotKey, step_ms: i64, issued_ms: i64) {
+    let sequence = pg_sys::Oid::from(sequence_of(key));
+    // SAFETY: a catalog lookup by oid in a backend inside a transaction; NULL when not found.
+    let name = unsafe {
+        let name = pg_sys::get_rel_name(sequence);
+        if name.is_null() {
+            format!("oid {}", sequence.to_u32())
+        } else {
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    };
+    ErrorReport::new(
+        PgSqlErrorCode::ERRCODE_WARNING,
+        format!("pg_shard_id: the system clock stepped back by {step_ms} ms"),
+        "pg_shard_id",
+    )
+    .set_detail(format!(
+        "Ids of sequence \"{name}\" continue from millisecond {issued_ms} after the epoch, ahead of \
+         the clock, and stay unique; their timestamps run ahead until the clock catches up."
+    ))
+    .report(PgLogLevel::WARNING);
 }
 
 /// Raises an ERROR with `code`, `message` and `hint`.

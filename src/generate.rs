@@ -1,7 +1,8 @@
 //! `next_shard_id`: the generator.
 
 use crate::errors::{self, Boundary, InsideGuard, OutsideGuard};
-use crate::{clock, guard_table, node, settings};
+use crate::issue::{self, Request};
+use crate::{clock, node, settings};
 use pg_shard_id_core::layout::{check_shard, compose, seq_field, IdParts};
 use pg_shard_id_core::slots::slot_key;
 use pgrx::prelude::*;
@@ -59,7 +60,7 @@ unsafe extern "C-unwind" {
 ///   the Citus check, the guard's slow path: origin check, waiting, warnings, the lease, the
 ///   guard's errors) runs inside pgrx's guard: `id_of::<OutsideGuard>` sends it through
 ///   `OutsideGuard::run`, as the type says; the guard's common case comes back as `Ok` from
-///   `guard_table::issue_ms` and anything else as a `Slow` that must be finished there.
+///   `issue::fast` and anything else as a `Slow` that must be finished there.
 /// * What runs outside the guard is plain Rust: reading the arguments, the clock, the guard's
 ///   common case and composing the id. The function is `extern "C"`, so a panic there (a bug)
 ///   aborts the backend instead of unwinding into C.
@@ -150,10 +151,14 @@ fn id_of<B: Boundary>(seq: pg_sys::Oid, shard: i64, value: i64, epoch: i64) -> i
     // SAFETY: a backend global, set once at connection.
     let database = unsafe { pg_sys::MyDatabaseId };
     let key = slot_key(database.to_u32(), seq.to_u32());
-    let ms = guard_table::issue_ms(key, remainder as u16, settings::overflow(), epoch, || {
-        clock::now_since_epoch(epoch)
-    })
-    .unwrap_or_else(|slow| B::run(|| slow.finish()));
+    let request = Request {
+        key,
+        remainder: remainder as u16,
+        overflow: settings::overflow(),
+        epoch_unix_ms: epoch,
+        clock: || clock::now_since_epoch(epoch),
+    };
+    let ms = issue::fast(request).unwrap_or_else(|slow| B::run(|| slow.finish()));
     let parts = IdParts {
         ms,
         shard,

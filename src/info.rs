@@ -1,6 +1,6 @@
 //! `pg_shard_id_info()`: the settings and guard in force, in one row.
 
-use crate::{guard_table, settings};
+use crate::{settings, shmem};
 use pg_shard_id_core::layout::MAX_MS;
 use pg_shard_id_core::time::unix_ms_to_pg_micros;
 use pgrx::prelude::*;
@@ -46,12 +46,12 @@ fn pg_shard_id_info() -> TableIterator<
     ),
 > {
     let epoch = settings::epoch_unix_ms();
-    let usage = guard_table::usage();
+    let usage = shmem::usage();
     TableIterator::once((
         timestamptz(epoch),
         timestamptz(epoch + MAX_MS),
         settings::overflow_name().to_string(),
-        guard_table::mode().to_string(),
+        shmem::mode().to_string(),
         usage.slots as i32,
         usage.in_use as i32,
         usage.evictions as i64,

@@ -26,7 +26,6 @@ use pg_shard_id_core::time::format_unix_ms;
 use pgrx::prelude::*;
 use std::ffi::CString;
 use std::path::Path;
-use std::sync::atomic::Ordering;
 
 /// The lease file, relative to the data directory (every server process runs there).
 pub const LEASE_FILE: &str = "pg_shard_id.lease";
@@ -143,7 +142,7 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
             "pg_shard_id: could not write the lease file \"{LEASE_FILE}\" while replaying WAL: {e}"
         ),
     };
-    if let Some(table) = crate::guard_table::shared_table() {
+    if let Some(table) = crate::shmem::shared_table() {
         adopt(&table, merged);
     }
 }
@@ -153,13 +152,11 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
 /// past it, and a refusal if this server's epoch is later than the recorded one.
 fn adopt(table: &SlotTable, record: Record) {
     let epoch = settings::epoch_unix_ms();
-    table
-        .lease()
-        .fetch_max(record.lease_unix_ms, Ordering::AcqRel);
-    table.raise_floor(record.lease_unix_ms.saturating_sub(epoch).saturating_add(1));
-    if let Some(recorded) = record.epoch_unix_ms.filter(|&recorded| recorded < epoch) {
-        table.set_refused_epoch(Some(recorded));
-    }
+    table.put_lease_in_force(
+        record.lease_unix_ms,
+        Some(record.lease_unix_ms.saturating_sub(epoch).saturating_add(1)),
+        record.epoch_unix_ms.filter(|&recorded| recorded < epoch),
+    );
 }
 
 #[cfg(not(feature = "pg14"))]
@@ -207,11 +204,11 @@ pub fn start(table: &SlotTable) {
             Level::Warning => warning!("{message}"),
         }
     }
-    if let Some(floor) = plan.floor_unix_ms {
-        table.raise_floor(floor.saturating_sub(epoch));
-    }
-    table.lease().store(plan.lease_unix_ms, Ordering::Release);
-    table.set_refused_epoch(plan.refused_epoch_unix_ms);
+    table.put_lease_in_force(
+        plan.lease_unix_ms,
+        plan.floor_unix_ms.map(|floor| floor.saturating_sub(epoch)),
+        plan.refused_epoch_unix_ms,
+    );
     if let Some(record) = plan.write {
         if let Err(e) = lease::write(path, &record) {
             warning!(

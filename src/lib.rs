@@ -11,8 +11,8 @@ mod clock;
 mod decode;
 mod errors;
 mod generate;
-mod guard_table;
 mod info;
+mod issue;
 mod json;
 mod lease;
 mod node;
@@ -20,6 +20,7 @@ mod origin;
 mod partition;
 mod routing;
 mod settings;
+mod shmem;
 mod shortcode;
 mod text;
 
@@ -31,7 +32,7 @@ mod tests;
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     settings::register();
-    guard_table::init();
+    shmem::init();
 }
 
 extension_sql_file!(

@@ -36,7 +36,7 @@ const UNKNOWN: i64 = -1;
 
 /// The shard field for `next_shard_id(seq)`: the node number (see the module docs).
 pub fn node_shard() -> i64 {
-    if !crate::guard_table::is_cluster() {
+    if !crate::shmem::is_cluster() {
         // Two sessions of a server with per-session guards can repeat ids, whatever the shard:
         // a setup of several servers writing one table is exactly where that must not happen.
         errors::raise_with_hint(

@@ -8,7 +8,6 @@
 use pg_shard_id_core::origin::{decide, floor_for_other_servers, Recorded, Verdict};
 use pg_shard_id_core::slots::SlotTable;
 use pg_shard_id_core::time::format_unix_ms;
-use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
 use pgrx::{PgSubXactCallbackEvent, PgXactCallbackEvent};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -61,7 +60,11 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
     match decide(&recorded, this_server, epoch_unix_ms, now) {
         Verdict::Refuse {
             recorded_epoch_unix_ms,
-        } => epoch_later_than_recorded(recorded_epoch_unix_ms, epoch_unix_ms),
+        } => crate::errors::epoch_later_than_recorded(
+            recorded_epoch_unix_ms,
+            epoch_unix_ms,
+            crate::errors::Recorded::Origin,
+        ),
         Verdict::Issue {
             floor_unix_ms,
             record,
@@ -130,32 +133,4 @@ fn record_this_server() {
     // SAFETY: a function of this extension (checked above) that takes no arguments and returns a
     // boolean.
     unsafe { pg_sys::OidFunctionCall0Coll(oid, pg_sys::InvalidOid) };
-}
-
-#[cold]
-#[inline(never)]
-fn epoch_later_than_recorded(recorded_unix_ms: i64, epoch_unix_ms: i64) -> ! {
-    let (recorded, configured) = (
-        format_unix_ms(recorded_unix_ms),
-        format_unix_ms(epoch_unix_ms),
-    );
-    ErrorReport::new(
-        PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-        format!(
-            "pg_shard_id: pg_shard_id.epoch ({configured}) is later than the epoch this \
-             database's ids were made with ({recorded})"
-        ),
-        "pg_shard_id",
-    )
-    .set_detail(
-        "With a later epoch, new ids could repeat existing ones, so none are issued. The epoch is \
-         recorded in the table _pg_shard_id.origin, which pg_dump and pg_upgrade carry; \
-         postgresql.conf is not carried.",
-    )
-    .set_hint(format!(
-        "Set pg_shard_id.epoch = '{recorded}' (or earlier) in postgresql.conf and restart \
-         PostgreSQL."
-    ))
-    .report(PgLogLevel::ERROR);
-    unreachable!("ERROR does not return")
 }

@@ -12,7 +12,7 @@
 //! `PGC_POSTMASTER` setting; otherwise (a setting of that kind can only be defined by the
 //! postmaster) it is `PGC_SIGHUP` and frozen in each process once the library is loaded, so a
 //! session never changes epoch half-way. A restart with a different epoch is checked against the
-//! epoch recorded in the lease file (`guard_table`).
+//! epoch recorded in the lease file (`lease`).
 //!
 //! `pg_shard_id.overflow` changes ids too, so it is `SUSET`: a superuser sets it in
 //! `postgresql.conf`, `ALTER SYSTEM` or `ALTER ROLE` (for example a role that does bulk loads with
@@ -265,8 +265,9 @@ fn define_max_sequences() {
         c"pg_shard_id.max_sequences",
         c"Sequences the cluster-wide uniqueness guard tracks at once.",
         leaked(format!(
-            "One slot of {SLOT_BYTES} bytes of shared memory per sequence; when all are in use the \
-             least recently used slot is reused, safely. Needs a restart."
+            "One slot of {SLOT_BYTES} bytes of shared memory per sequence; when the 32 slots a \
+             sequence may use are taken, their least recently used one is reused, safely. Needs \
+             a restart."
         )),
         &MAX_SEQUENCES,
         MAX_SEQUENCES_RANGE.0,

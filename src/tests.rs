@@ -217,6 +217,148 @@ mod tests {
         assert!(exact);
     }
 
+    /// Sequences that do not count up by 1 (README, guarantee 3): every id unique and the
+    /// millisecond never decreasing in the order drawn, for descending and large increments;
+    /// strictly increasing ids for INCREMENT 2 (mod 1024 in 1..512), not for INCREMENT -1.
+    #[pg_test]
+    fn descending_and_large_increment_sequences() {
+        for (increment, increasing) in [
+            (-1i64, false),
+            (-513, true),
+            (2, true),
+            (1000, false),
+            (1024, true),
+        ] {
+            run(&format!(
+                "CREATE SEQUENCE inc_{n} INCREMENT {increment} MINVALUE -9000000000 \
+                 MAXVALUE 9000000000 START 0",
+                n = increment.abs()
+            ));
+            let (unique, ordered, increases): (bool, bool, bool) = {
+                let sql = format!(
+                    "WITH d AS (SELECT i, next_shard_id('inc_{n}', 1) AS id \
+                                FROM generate_series(1, 5000) i), \
+                          o AS (SELECT id, lag(id) OVER (ORDER BY i) AS prev FROM d) \
+                     SELECT count(DISTINCT id) = 5000, \
+                            bool_and(prev IS NULL OR id >> 23 >= prev >> 23), \
+                            bool_and(prev IS NULL OR id > prev) FROM o",
+                    n = increment.abs()
+                );
+                let row = Spi::get_three::<bool, bool, bool>(&sql).expect(&sql);
+                (row.0.unwrap(), row.1.unwrap(), row.2.unwrap())
+            };
+            assert!(unique, "INCREMENT {increment}: repeated ids");
+            assert!(ordered, "INCREMENT {increment}: the millisecond went back");
+            assert_eq!(increases, increasing, "INCREMENT {increment}");
+        }
+    }
+
+    /// The two answers 0.3.0 got wrong (issue 24): a duplicate column name, where jsonb keeps
+    /// the last column's value, and a numeric column named like a bigint one.
+    #[pg_test]
+    fn shard_id_to_jsonb_follows_the_column_that_jsonb_keeps() {
+        let same = |sql: &str, expected: &str| {
+            let got: pgrx::JsonB = one(sql);
+            let want: pgrx::JsonB = one(&format!("SELECT '{expected}'::jsonb"));
+            assert_eq!(got.0, want.0, "{sql}");
+        };
+        same(
+            "SELECT shard_id_to_jsonb(t) FROM (SELECT 1::bigint AS id, '{\"n\":5}'::jsonb AS id) t",
+            r#"{"id": {"n": 5}}"#,
+        );
+        same(
+            "SELECT shard_id_to_jsonb(t) FROM (SELECT 7::bigint AS v, 2.5::numeric AS v) t",
+            r#"{"v": 2.5}"#,
+        );
+        same(
+            "SELECT shard_id_to_jsonb(t) FROM (SELECT 2.5::numeric AS v, 7::bigint AS v) t",
+            r#"{"v": "7"}"#,
+        );
+    }
+
+    /// A property test against `to_jsonb` itself: rows of 1 to 7 columns drawn from a pool of
+    /// types and values (bigint and its domain and arrays, numbers of other types, text that
+    /// looks like a number, json and jsonb whose keys are the bigint columns' names, nested
+    /// rows, NULLs), with names from a small set so that duplicates are common. The answer must
+    /// equal `to_jsonb(row)` with the top-level values of the keys whose last column is bigint
+    /// or bigint[] quoted, computed by a PL/pgSQL oracle from jsonb's own functions.
+    #[pg_test]
+    fn shard_id_to_jsonb_equals_to_jsonb_with_exactly_the_bigints_quoted() {
+        run("CREATE DOMAIN pt_id AS bigint");
+        run(r#"
+            CREATE FUNCTION pg_temp.q(j jsonb) RETURNS jsonb LANGUAGE plpgsql AS $$
+            BEGIN
+                RETURN CASE jsonb_typeof(j)
+                    WHEN 'number' THEN to_jsonb(j #>> '{}')
+                    WHEN 'array' THEN (SELECT coalesce(jsonb_agg(pg_temp.q(e) ORDER BY i), '[]')
+                                         FROM jsonb_array_elements(j) WITH ORDINALITY a(e, i))
+                    ELSE j END;
+            END $$"#);
+        // (SQL expression, is bigint or bigint[])
+        let pool: &[(&str, bool)] = &[
+            ("11637205501278089::bigint", true),
+            ("(-9223372036854775807 - 1)::bigint", true),
+            ("9007199254740993::pt_id", true),
+            ("NULL::bigint", true),
+            ("'{1,NULL,9223372036854775807}'::bigint[]", true),
+            ("'{{1,2},{3,NULL}}'::bigint[]", true),
+            ("'{}'::bigint[]", true),
+            ("ARRAY[5::pt_id]", true), // ARRAY[] takes the domain's base type: bigint[]
+            ("'{5}'::pt_id[]", true),  // an array of a domain over bigint
+            ("7::int", false),
+            ("2.5::numeric", false),
+            ("'1e30'::numeric", false),
+            ("1.5::float8", false),
+            ("'123'::text", false),
+            (r#"'{"id": 5, "v": [1, 2], "n": {"ids": 3}}'::jsonb"#, false),
+            (r#"'{"id": 6, "id": 7}'::json"#, false),
+            (r#"'[1, 2.5, "x"]'::jsonb"#, false),
+            ("ROW(5::bigint, 'a')", false),
+            ("true", false),
+            ("NULL::int", false),
+            ("'{1,2}'::int[]", false),
+        ];
+        let names = ["id", "v", "n", "ids", r#"odd "name""#];
+        let mut state = 0x5EED_u64;
+        let mut next = |bound: usize| {
+            // SplitMix64: a fixed seed, so a failure names a row that fails again
+            state = state.wrapping_add(0x9E37_79B9_7F4A_7C15);
+            let mut z = state;
+            z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+            z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+            ((z ^ (z >> 31)) % bound as u64) as usize
+        };
+        for case in 0..400 {
+            let columns: Vec<(&str, &str, bool)> = (0..1 + next(7))
+                .map(|_| {
+                    let (expr, is_bigint) = pool[next(pool.len())];
+                    (names[next(names.len())], expr, is_bigint)
+                })
+                .collect();
+            let mut last = std::collections::HashMap::new();
+            for &(name, _, is_bigint) in &columns {
+                last.insert(name, is_bigint);
+            }
+            let keys: Vec<String> = last
+                .iter()
+                .filter(|&(_, &b)| b)
+                .map(|(name, _)| format!("'{}'", name.replace('\'', "''")))
+                .collect();
+            let select: Vec<String> = columns
+                .iter()
+                .map(|(name, expr, _)| format!("{expr} AS \"{}\"", name.replace('"', "\"\"")))
+                .collect();
+            let sql = format!(
+                "SELECT shard_id_to_jsonb(t) = (SELECT coalesce(jsonb_object_agg(key, CASE WHEN \
+                 key = ANY(ARRAY[{}]::text[]) THEN pg_temp.q(value) ELSE value END), '{{}}') \
+                 FROM jsonb_each(to_jsonb(t))) FROM (SELECT {}) t",
+                keys.join(", "),
+                select.join(", ")
+            );
+            assert!(one::<bool>(&sql), "case {case}: {sql}");
+        }
+    }
+
     #[pg_test]
     fn the_node_form_needs_a_node_number_that_no_session_can_set() {
         run("CREATE SEQUENCE ns; CREATE TABLE nt (id bigint DEFAULT next_shard_id('ns'))");

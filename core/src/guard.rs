@@ -89,6 +89,27 @@ const NEVER: i64 = i64::MIN;
 // Remainders travel as u16.
 const _: () = assert!(crate::layout::SEQ_BITS <= u16::BITS);
 
+/// What one sequence's guard counted since its slot was claimed or the statistics were reset
+/// (`pg_shard_id_stats`). Kept in the guard's own state, which every id already writes under the
+/// slot's lock, so counting adds no shared cache line to the hot path.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Counts {
+    /// Ids issued.
+    pub ids: u64,
+    /// Times the guard moved on to the next millisecond because the remainder was taken there or
+    /// the sequence wrapped: milliseconds the sequence used up.
+    pub exhausted_ms: u64,
+    /// Times a caller was told to wait for the clock.
+    pub waits: u64,
+    /// Nanoseconds callers spent waiting (added by the caller after a wait).
+    pub wait_ns: u64,
+    /// Times the clock was seen stepping back.
+    pub clock_steps: u64,
+    /// Lease extensions (file + WAL record) this sequence's ids caused (added by the caller).
+    pub lease_writes: u64,
+}
+
 /// The guard's memory for one sequence. Plain data (`#[repr(C)]`, no pointers) so that it can live
 /// in PostgreSQL shared memory.
 #[repr(C)]
@@ -105,6 +126,8 @@ pub struct GuardState {
     high: u64,
     /// Remainders already issued in `ms`, one bit each.
     used: [u64; WORDS],
+    /// Statistics, see [`Counts`].
+    pub counts: Counts,
 }
 
 impl Default for GuardState {
@@ -122,6 +145,14 @@ impl GuardState {
             recovering: 0,
             high: 0,
             used: [0; WORDS],
+            counts: Counts {
+                ids: 0,
+                exhausted_ms: 0,
+                waits: 0,
+                wait_ns: 0,
+                clock_steps: 0,
+                lease_writes: 0,
+            },
         }
     }
 
@@ -135,10 +166,8 @@ impl GuardState {
         }
         GuardState {
             ms: floor,
-            clock: NEVER,
             recovering: 1,
-            high: 0,
-            used: [0; WORDS],
+            ..Self::new()
         }
     }
 
@@ -174,18 +203,22 @@ impl GuardState {
                 // Moving on would put the guard more than `lead` ahead of the clock: wait until
                 // the clock is close enough to take the next millisecond.
                 self.clock = now;
+                self.counts.waits += 1;
                 return Ok(Decision::WaitUntilPast(self.ms - lead));
             }
             self.start_ms(check_ms(self.ms + 1)?);
+            self.counts.exhausted_ms += 1;
         } else {
             // Only a floor (from the lease file) can have put the guard past the horizon.
             check_ms(self.ms)?;
         }
         if clock_stepped_back_by.is_some() {
             self.recovering = 1;
+            self.counts.clock_steps += 1;
         }
         self.clock = now;
         self.mark_used(remainder);
+        self.counts.ids += 1;
         Ok(Decision::Issue {
             ms: self.ms,
             clock: now,
@@ -487,6 +520,91 @@ mod tests {
                 borrow,
             });
         proptest::collection::vec(step, 1..2000)
+    }
+
+    /// Ids of one stream of `nextval` values with `INCREMENT increment`, drawn as fast as the
+    /// guard allows (`wait`; the clock ticks only when asked to wait): (ms, remainder) pairs.
+    fn stream(increment: i64, start: i64, count: usize) -> Vec<(i64, u16)> {
+        let mut g = GuardState::new();
+        let mut clock = 1_000_000i64;
+        (0..count as i64)
+            .map(|i| {
+                let r = crate::layout::seq_field(start + i * increment) as u16;
+                loop {
+                    match g.issue(clock, r, Overflow::Wait).unwrap() {
+                        Decision::Issue { ms, .. } => break (ms, r),
+                        Decision::WaitUntilPast(_) => clock += 1,
+                    }
+                }
+            })
+            .collect()
+    }
+
+    /// The semantics the README states for sequences that do not count up by 1 (issue 24):
+    /// * any INCREMENT, up or down: no pair repeats and the millisecond never decreases;
+    /// * INCREMENT mod 1024 in 1 to 512 (so 1 to 512, or -513 to -1023...): one stream's ids
+    ///   strictly increase;
+    /// * a descending sequence: 1024 ids per millisecond like an ascending one (after the first
+    ///   millisecond), not in order within a millisecond;
+    /// * INCREMENT a multiple of 1024: every id has the same remainder, one id per millisecond;
+    /// * other steps: unique, not in order within a millisecond.
+    #[test]
+    fn increments_other_than_one() {
+        let per_ms = |ids: &[(i64, u16)]| {
+            let mut counts = std::collections::BTreeMap::new();
+            for &(ms, _) in ids {
+                *counts.entry(ms).or_insert(0usize) += 1;
+            }
+            counts.into_values().max().unwrap()
+        };
+        for increment in [
+            1i64, 2, 7, 511, 512, 513, 600, 1000, 1023, 1024, 3072, -1, -2, -513, -1024,
+        ] {
+            for start in [0i64, 5, 1023, -77, 1 << 40] {
+                let ids = stream(increment, start, 5_000);
+                let unique: HashSet<_> = ids.iter().collect();
+                assert_eq!(
+                    unique.len(),
+                    ids.len(),
+                    "INCREMENT {increment}: a pair repeated"
+                );
+                assert!(
+                    ids.windows(2).all(|w| w[1].0 >= w[0].0),
+                    "INCREMENT {increment}: the millisecond went back"
+                );
+                let increasing = ids.windows(2).all(|w| w[1] > w[0]);
+                // Only the remainder's step counts: INCREMENT mod 1024 in 1..=512 (or 0, trivially:
+                // one id per millisecond). -513 steps like 511.
+                let step = increment.rem_euclid(SEQ_VALUES);
+                if (1..=SEQ_VALUES / 2).contains(&step) || step == 0 {
+                    assert!(
+                        increasing,
+                        "INCREMENT {increment}: ids must strictly increase"
+                    );
+                } else {
+                    assert!(
+                        !increasing,
+                        "INCREMENT {increment}: said not to, but increased"
+                    );
+                }
+            }
+        }
+        assert_eq!(per_ms(&stream(1, 0, 5_000)), 1024);
+        // Descending: the wrap rule sees the remainders fall below 512 under the highest, so the
+        // first millisecond may close after 512; from then on each holds 511..0 then 1023..512.
+        assert_eq!(per_ms(&stream(-1, 0, 5_000)), 1024);
+        let ms_used = |ids: &[(i64, u16)]| ids.last().unwrap().0 - ids[0].0 + 1;
+        assert!(ms_used(&stream(-1, 1023, 10_240)) <= ms_used(&stream(1, 0, 10_240)) + 1);
+        assert_eq!(
+            per_ms(&stream(2, 0, 5_000)),
+            512,
+            "INCREMENT 2: 512 remainders"
+        );
+        assert_eq!(
+            per_ms(&stream(1024, 0, 5_000)),
+            1,
+            "INCREMENT 1024: one remainder"
+        );
     }
 
     proptest! {

@@ -12,6 +12,7 @@ pub mod lease;
 pub mod origin;
 pub mod routing;
 pub mod shortcode;
+pub mod slot_cache;
 pub mod slots;
 pub mod time;
 
