@@ -43,3 +43,9 @@ COMMENT ON FUNCTION _pg_shard_id.record_origin() IS
     'Internal: records this server and its epoch in _pg_shard_id.origin (next_shard_id calls it).';
 COMMENT ON FUNCTION _pg_shard_id.read_origin() IS
     'Internal: the earliest recorded epoch (Unix ms), then the recorded servers (next_shard_id calls it).';
+COMMENT ON FUNCTION pg_shard_id_stats() IS
+    'The guard''s statistics per sequence (read them through the view pg_shard_id_stats).';
+COMMENT ON FUNCTION pg_shard_id_stats_reset() IS
+    'Sets the statistics in pg_shard_id_stats to zero (superusers and roles granted EXECUTE).';
+COMMENT ON FUNCTION shard_id_check() IS
+    'Checks the setup (preload, lease, epoch, clock, shard numbers, Citus nodes); each row that is not ok says what to fix.';

@@ -144,13 +144,18 @@ impl<C: Fn() -> i64> Request<C> {
                     if let Some(step) = clock_stepped_back_by {
                         errors::warn_clock_step(self.key, step, ms);
                     }
-                    if !covered(table, ms, self.epoch_unix_ms) {
-                        crate::lease::extend(table, ms + self.epoch_unix_ms, self.epoch_unix_ms);
+                    if !covered(table, ms, self.epoch_unix_ms)
+                        && crate::lease::extend(table, ms + self.epoch_unix_ms, self.epoch_unix_ms)
+                    {
+                        table.count(self.key, |c| c.lease_writes += 1);
                     }
                     return ms;
                 }
                 Decision::WaitUntilPast(ms) => {
+                    let started = std::time::Instant::now();
                     wait_until_past(ms, &self.clock);
+                    let waited = started.elapsed().as_nanos() as u64;
+                    table.count(self.key, |c| c.wait_ns += waited);
                     decision = self.ask_guard(table);
                 }
             }

@@ -66,10 +66,11 @@ pub fn register_wal() {
 }
 
 /// Makes the lease cover `unix_ms` before an id at that millisecond is returned (see the module
-/// docs). Raises 58030 when the file cannot be written; a WAL error is PostgreSQL's own.
+/// docs); returns whether this call wrote it (false: another backend's lease already covers it).
+/// Raises 58030 when the file cannot be written; a WAL error is PostgreSQL's own.
 #[cold]
 #[inline(never)]
-pub fn extend(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) {
+pub fn extend(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) -> bool {
     let written = lease::cover(
         Path::new(LEASE_FILE),
         table.lease(),
@@ -81,8 +82,11 @@ pub fn extend(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) {
         },
     );
     match written {
-        Ok(true) => table.count_lease_write(),
-        Ok(false) => {}
+        Ok(true) => {
+            table.count_lease_write();
+            true
+        }
+        Ok(false) => false,
         Err(e) => crate::errors::raise_with_hint(
             PgSqlErrorCode::ERRCODE_IO_ERROR,
             format!("pg_shard_id: could not write the lease file \"{LEASE_FILE}\": {e}"),

@@ -7,6 +7,7 @@
 use pgrx::prelude::*;
 
 mod adopt;
+mod check;
 mod clock;
 mod decode;
 mod errors;
@@ -22,6 +23,7 @@ mod routing;
 mod settings;
 mod shmem;
 mod shortcode;
+mod stats;
 mod text;
 
 #[cfg(any(test, feature = "pg_test"))]
@@ -45,6 +47,12 @@ extension_sql_file!(
     "../sql/origin.sql",
     name = "origin",
     requires = [info::pg_shard_id_info],
+);
+
+extension_sql_file!(
+    "../sql/stats.sql",
+    name = "stats",
+    requires = [stats::pg_shard_id_stats, stats::pg_shard_id_stats_reset],
 );
 
 extension_sql_file!("../sql/comments.sql", name = "comments", finalize);

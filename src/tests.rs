@@ -187,6 +187,9 @@ mod tests {
             "shard_id_adopt(regclass,name,integer):vu-",
             "_pg_shard_id.record_origin():vu-",
             "_pg_shard_id.read_origin():su-",
+            "pg_shard_id_stats():vrs",
+            "pg_shard_id_stats_reset():vus",
+            "shard_id_check():vus",
         ];
         for label in expected {
             assert!(labels.contains(label), "{label} missing from {labels}");
@@ -251,6 +254,97 @@ mod tests {
             assert!(ordered, "INCREMENT {increment}: the millisecond went back");
             assert_eq!(increases, increasing, "INCREMENT {increment}");
         }
+    }
+
+    /// `pg_shard_id_stats` counts what the guard did for each sequence. INCREMENT 1024 gives
+    /// every id the same remainder, so in `wait` each id uses up its millisecond: the second moves
+    /// on (1 ms ahead), the third waits for the clock, and so on.
+    #[pg_test]
+    fn stats_count_ids_exhausted_milliseconds_and_waits_and_reset_zeroes_them() {
+        run("SET pg_shard_id.overflow = 'wait'");
+        run("CREATE SEQUENCE st INCREMENT 1024; CREATE SEQUENCE st_other");
+        run("SELECT next_shard_id('st', 1) FROM generate_series(1, 50)");
+        run("SELECT next_shard_id('st_other', 1) FROM generate_series(1, 10)");
+        let row = |seq: &str| -> (i64, i64, i64, f64, String) {
+            let sql = format!(
+                "SELECT ids, exhausted_ms, waits, wait_seconds, datname::text \
+                 FROM pg_shard_id_stats WHERE sequence = '{seq}'::regclass"
+            );
+            Spi::connect(|c| {
+                let r = c.select(&sql, None, &[]).expect(&sql).first();
+                (
+                    r.get(1).unwrap().unwrap(),
+                    r.get(2).unwrap().unwrap(),
+                    r.get(3).unwrap().unwrap(),
+                    r.get(4).unwrap().unwrap(),
+                    r.get(5).unwrap().unwrap(),
+                )
+            })
+        };
+        let (ids, exhausted, waits, waited, datname) = row("st");
+        assert_eq!(ids, 50);
+        assert_eq!(
+            exhausted, 49,
+            "every id after the first moved on from a used-up millisecond"
+        );
+        assert!(waits >= 40 && waited > 0.0, "{waits} waits, {waited} s");
+        assert_eq!(datname, one::<String>("SELECT current_database()::text"));
+        assert_eq!(row("st_other").0, 10);
+        assert!(one::<bool>(
+            "SELECT lead_ms >= 0 AND last_issued > now() - interval '1 minute' \
+             FROM pg_shard_id_stats WHERE sequence = 'st'::regclass"
+        ));
+        run("SELECT pg_shard_id_stats_reset()");
+        assert_eq!(row("st").0, 0);
+        assert_eq!(row("st").2, 0);
+        run("SELECT next_shard_id('st', 1)");
+        assert_eq!(row("st").0, 1, "counting goes on after a reset");
+        // resetting is for superusers and the roles they grant it to
+        run("CREATE ROLE stats_reader; SET ROLE stats_reader");
+        assert_eq!(sqlstate_of("SELECT pg_shard_id_stats_reset()"), "42501");
+        assert!(
+            one::<i64>("SELECT count(*) FROM pg_shard_id_stats") >= 2,
+            "the view is readable"
+        );
+        run("RESET ROLE; GRANT EXECUTE ON FUNCTION pg_shard_id_stats_reset() TO stats_reader");
+        run("SET ROLE stats_reader");
+        assert_eq!(sqlstate_of("SELECT pg_shard_id_stats_reset()"), "");
+        run("RESET ROLE");
+    }
+
+    /// `shard_id_check()` names one shard number used with two sequences in DEFAULTs, and not
+    /// one sequence used by two tables. (Every check's healthy and failing states, with restarts
+    /// and clocks, are in tests/cluster/run.sh and tests/citus/run.sh.)
+    #[pg_test]
+    fn shard_id_check_reports_each_check_and_a_shard_number_with_two_sequences() {
+        let status = |check: &str| -> String {
+            one(&format!(
+                "SELECT status FROM shard_id_check() WHERE \"check\" = '{check}'"
+            ))
+        };
+        let checks: String = one("SELECT string_agg(\"check\", ',') FROM shard_id_check()");
+        assert_eq!(
+            checks, "preload,lease,epoch,clock,shard_numbers,citus",
+            "every check reports, in order"
+        );
+        assert_eq!(status("preload"), "ok");
+        run("CREATE SEQUENCE ck_a; CREATE SEQUENCE ck_b");
+        run("CREATE TABLE ck_1 (id bigint DEFAULT next_shard_id('ck_a', 4242))");
+        run("CREATE TABLE ck_2 (id bigint DEFAULT next_shard_id('ck_a', 4242))");
+        assert_eq!(
+            status("shard_numbers"),
+            "ok",
+            "one sequence for two tables is fine"
+        );
+        run("CREATE TABLE ck_3 (id bigint DEFAULT next_shard_id('ck_b', 4242))");
+        assert_eq!(status("shard_numbers"), "warning");
+        let detail: String =
+            one("SELECT detail FROM shard_id_check() WHERE \"check\" = 'shard_numbers'");
+        assert!(
+            detail.contains("shard 4242: ck_1, ck_2 (ck_a); ck_3 (ck_b)"),
+            "{detail}"
+        );
+        assert_eq!(status("citus"), "skipped");
     }
 
     /// The two answers 0.3.0 got wrong (issue 24): a duplicate column name, where jsonb keeps

@@ -6,6 +6,7 @@
 
 pub mod guard;
 pub mod hash;
+pub mod health;
 pub mod json;
 pub mod layout;
 pub mod lease;

@@ -382,10 +382,55 @@ test_node_form_errors() {
     stop_cluster nodeform
 }
 
+test_health_check() {
+    say "shard_id_check() and pg_shard_id_stats: healthy, then each check made unhealthy on purpose"
+    start_cluster health yes "fsync = off"
+    setup_db ""
+    q -c "INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 1000)"
+    statuses() { q -c "SELECT string_agg(\"check\" || '=' || status, ' ' ORDER BY \"check\") FROM shard_id_check()"; }
+    check "health: a healthy server" "$(statuses)" \
+        "citus=skipped clock=ok epoch=ok lease=ok preload=ok shard_numbers=ok"
+    check "stats: 1000 ids of s" "$(q -c "SELECT ids FROM pg_shard_id_stats WHERE sequence = 's'::regclass")" 1000
+    q -c "CREATE SEQUENCE s2" -c "CREATE TABLE t2 (id bigint DEFAULT next_shard_id('s2', 1))"
+    check "health: shard 1 with two sequences" "$(statuses)" \
+        "citus=skipped clock=ok epoch=ok lease=ok preload=ok shard_numbers=warning"
+    q -c "DROP TABLE t2"
+    # ids an hour ahead of the clock (the test clock), then the clock back where it was
+    q -c "SET pg_shard_id.test_clock_offset_ms = 3600000" -c "INSERT INTO t (id) SELECT next_shard_id('s', 1)"
+    check "health: the newest id an hour ahead of the clock" "$(statuses)" \
+        "citus=skipped clock=failed epoch=ok lease=warning preload=ok shard_numbers=ok"
+    check "stats: the lead over the clock" \
+        "$(q -c "SELECT lead_ms BETWEEN 3500000 AND 3700000 FROM pg_shard_id_stats WHERE sequence = 's'::regclass")" t
+    check "health: the clock check names the fix" \
+        "$(q -c "SELECT detail LIKE '%ahead of the clock%Fix:%' FROM shard_id_check() WHERE \"check\" = 'clock'")" t
+    # another database's sequences appear with their database's name, without a regclass
+    q -c "CREATE DATABASE other" -c "CREATE DATABASE bare"
+    q -d other -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE o" -c "SELECT next_shard_id('o', 2)"
+    check "stats: another database's sequence" \
+        "$(q -c "SELECT datname || ' ' || (sequence IS NULL) || ' ' || ids FROM pg_shard_id_stats WHERE datname = 'other'")" "other true 1"
+    check "stats: the view in a database without the extension" \
+        "$(error_of -d bare -c "SELECT * FROM pg_shard_id_stats")" \
+        'ERROR:  42P01: relation "pg_shard_id_stats" does not exist'
+    # a restart with an epoch later than the one the ids were made with: ids are refused
+    restart_cluster health "pg_shard_id.epoch = '2026-06-01 00:00:00+00'"
+    check "health: a later epoch than the recorded one" "$(statuses)" \
+        "citus=skipped clock=ok epoch=failed lease=failed preload=ok shard_numbers=ok"
+    check "health: the epoch check names the recorded epoch to set" \
+        "$(q -c "SELECT detail LIKE '%Fix: set pg_shard_id.epoch = ''2026-01-01 00:00:00.000+00''%' FROM shard_id_check() WHERE \"check\" = 'epoch'")" t
+    # no shared_preload_libraries: guard mode session
+    restart_cluster health "shared_preload_libraries = ''" "pg_shard_id.epoch = '2026-01-01 00:00:00+00'"
+    check "health: not preloaded" "$(statuses)" \
+        "citus=skipped clock=ok epoch=ok lease=skipped preload=failed shard_numbers=ok"
+    check "stats: in guard mode session the view says so and shows nothing" \
+        "$(q -c "SELECT count(*) FROM pg_shard_id_stats" 2>&1 | tr '\n' ' ')" \
+        "WARNING:  pg_shard_id_stats: guard mode session (pg_shard_id is not in shared_preload_libraries): there is no server-wide guard table to report 0 "
+    stop_cluster health
+}
+
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart
     epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards adopt_under_load
-    node_form_errors
+    node_form_errors health_check
     failover_clock failover_borrow point_in_time_recovery restore_elsewhere boot_before_epoch fast_hour
     step_during_wait)
 for t in "${tests[@]}"; do "test_$t"; done

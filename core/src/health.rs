@@ -1,0 +1,538 @@
+//! `shard_id_check()`'s judgements: facts about a server (gathered by `src/check.rs`) in,
+//! findings (check, status, detail) out. Every finding that is not `ok` names the fix.
+
+use crate::guard::MAX_LEAD_MS;
+use crate::lease::LEASE_STEP_MS;
+use crate::time::format_unix_ms;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Status {
+    Ok,
+    Warning,
+    Failed,
+    /// Does not apply here (no Citus, no lease without preloading).
+    Skipped,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Ok => "ok",
+            Status::Warning => "warning",
+            Status::Failed => "failed",
+            Status::Skipped => "skipped",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Finding {
+    pub check: &'static str,
+    pub status: Status,
+    pub detail: String,
+}
+
+fn finding(check: &'static str, status: Status, detail: impl Into<String>) -> Finding {
+    Finding {
+        check,
+        status,
+        detail: detail.into(),
+    }
+}
+
+/// The library in `shared_preload_libraries` (guard mode `cluster`) or not.
+pub fn preload(cluster: bool) -> Finding {
+    if cluster {
+        finding(
+            "preload",
+            Status::Ok,
+            "pg_shard_id is in shared_preload_libraries: one guard for every session (guard mode cluster)",
+        )
+    } else {
+        finding(
+            "preload",
+            Status::Failed,
+            "guard mode session: each session has its own guard, so two sessions can issue the \
+             same id. Fix: add pg_shard_id to shared_preload_libraries and restart PostgreSQL.",
+        )
+    }
+}
+
+/// Ids of a clock this far ahead of the lease are unusual: more than borrow's own lead and a step.
+const FAR_AHEAD_MS: i64 = MAX_LEAD_MS + LEASE_STEP_MS;
+
+/// The lease in force (`None` in guard mode `session`; `Some(i64::MIN)`: none yet), a refused
+/// epoch, the configured epoch and the clock (all Unix ms).
+pub fn lease(
+    lease_unix_ms: Option<i64>,
+    refused_epoch_unix_ms: Option<i64>,
+    epoch_unix_ms: i64,
+    now_unix_ms: i64,
+) -> Finding {
+    let Some(lease) = lease_unix_ms else {
+        return finding(
+            "lease",
+            Status::Skipped,
+            "no lease in guard mode session (see the check preload)",
+        );
+    };
+    if let Some(recorded) = refused_epoch_unix_ms {
+        return finding(
+            "lease",
+            Status::Failed,
+            format!(
+                "ids are refused (55000): pg_shard_id.epoch ({}) is later than the epoch this \
+                 server's ids were made with ({}). Fix: set pg_shard_id.epoch = '{}' in \
+                 postgresql.conf and restart.",
+                format_unix_ms(epoch_unix_ms),
+                format_unix_ms(recorded),
+                format_unix_ms(recorded)
+            ),
+        );
+    }
+    if lease == i64::MIN {
+        return finding(
+            "lease",
+            Status::Ok,
+            "no lease yet: the first id writes one (pg_shard_id.lease and the WAL)",
+        );
+    }
+    let ahead = lease - now_unix_ms;
+    if ahead > FAR_AHEAD_MS {
+        return finding(
+            "lease",
+            Status::Warning,
+            format!(
+                "the lease ({}) is {} s ahead of the clock, more than borrow's 10 minutes: the \
+                 clock was stepped back, or was ahead when ids were issued. Ids stay unique; \
+                 their timestamps run ahead until the clock catches up. Fix: check the server \
+                 clock (NTP).",
+                format_unix_ms(lease),
+                ahead / 1000
+            ),
+        );
+    }
+    let when = if ahead >= 0 {
+        format!("{ahead} ms ahead of the clock")
+    } else {
+        format!("{} s behind the clock: no ids since", -ahead / 1000)
+    };
+    finding(
+        "lease",
+        Status::Ok,
+        format!("lease until {} ({when})", format_unix_ms(lease)),
+    )
+}
+
+/// What `_pg_shard_id.origin` holds: `None` if the table is missing (the SQL of a version before
+/// 0.4.0), `Some(None)` if it has no rows, `Some(Some(epoch))` with the earliest recorded epoch.
+pub fn epoch(configured_unix_ms: i64, recorded: Option<Option<i64>>) -> Finding {
+    let configured = format_unix_ms(configured_unix_ms);
+    match recorded {
+        None => finding(
+            "epoch",
+            Status::Warning,
+            "this database has the SQL of a version before 0.4.0, which records no epoch. Fix: \
+             ALTER EXTENSION pg_shard_id UPDATE.",
+        ),
+        Some(None) => finding(
+            "epoch",
+            Status::Ok,
+            format!("no ids recorded in this database yet; the first records pg_shard_id.epoch ({configured})"),
+        ),
+        Some(Some(recorded)) if configured_unix_ms > recorded => finding(
+            "epoch",
+            Status::Failed,
+            format!(
+                "pg_shard_id.epoch ({configured}) is later than the epoch this database's ids \
+                 were made with ({r}): next_shard_id refuses (55000). Fix: set \
+                 pg_shard_id.epoch = '{r}' in postgresql.conf and restart.",
+                r = format_unix_ms(recorded)
+            ),
+        ),
+        Some(Some(recorded)) if configured_unix_ms < recorded => finding(
+            "epoch",
+            Status::Ok,
+            format!(
+                "pg_shard_id.epoch ({configured}) is earlier than the recorded one ({}): new ids \
+                 stay above the old ones",
+                format_unix_ms(recorded)
+            ),
+        ),
+        Some(Some(_)) => finding(
+            "epoch",
+            Status::Ok,
+            format!("pg_shard_id.epoch ({configured}) is the one recorded in this database"),
+        ),
+    }
+}
+
+/// The newest millisecond issued on this server (Unix ms, `None`: none since start-up) against
+/// the clock.
+pub fn clock(newest_unix_ms: Option<i64>, now_unix_ms: i64) -> Finding {
+    let Some(newest) = newest_unix_ms else {
+        return finding(
+            "clock",
+            Status::Ok,
+            "no ids issued since the server started",
+        );
+    };
+    let ahead = newest - now_unix_ms;
+    if ahead > LEASE_STEP_MS {
+        let status = if ahead > FAR_AHEAD_MS {
+            Status::Failed
+        } else {
+            Status::Warning
+        };
+        return finding(
+            "clock",
+            status,
+            format!(
+                "the newest id ({}) is {ahead} ms ahead of the clock: borrow's lead, or the clock \
+                 stepped back. Ids stay unique; their timestamps run ahead until the clock catches \
+                 up. Fix: if the clock is wrong, correct it (NTP); if it is borrow, draw less than \
+                 1024 ids per ms per sequence or wait for the lead to shrink.",
+                format_unix_ms(newest)
+            ),
+        );
+    }
+    finding(
+        "clock",
+        Status::Ok,
+        format!(
+            "the newest id ({}) is {} ms {} the clock",
+            format_unix_ms(newest),
+            ahead.abs(),
+            if ahead > 0 { "ahead of" } else { "behind" }
+        ),
+    )
+}
+
+/// A column DEFAULT `next_shard_id(sequence, shard)` of a table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ShardDefault {
+    pub table: String,
+    pub sequence: String,
+    pub shard: i64,
+}
+
+/// Two sequences with one shard number can issue equal ids (the guard is per sequence).
+pub fn shard_numbers(defaults: &[ShardDefault]) -> Finding {
+    let mut by_shard: BTreeMap<i64, BTreeMap<&str, Vec<&str>>> = BTreeMap::new();
+    for d in defaults {
+        by_shard
+            .entry(d.shard)
+            .or_default()
+            .entry(&d.sequence)
+            .or_default()
+            .push(&d.table);
+    }
+    let shared: Vec<String> = by_shard
+        .iter()
+        .filter(|(_, sequences)| sequences.len() > 1)
+        .map(|(shard, sequences)| {
+            let uses: Vec<String> = sequences
+                .iter()
+                .map(|(sequence, tables)| format!("{} ({sequence})", tables.join(", ")))
+                .collect();
+            format!("shard {shard}: {}", uses.join("; "))
+        })
+        .collect();
+    if shared.is_empty() {
+        return finding(
+            "shard_numbers",
+            Status::Ok,
+            format!(
+                "{} next_shard_id DEFAULTs; no shard number is used with two sequences",
+                defaults.len()
+            ),
+        );
+    }
+    finding(
+        "shard_numbers",
+        Status::Warning,
+        format!(
+            "one shard number with several sequences, whose ids can be equal: {}. Fine if those \
+             tables' ids never meet (one id space per table); otherwise fix: give each sequence \
+             its own shard number, or let the tables share one sequence.",
+            shared.join(" | ")
+        ),
+    )
+}
+
+/// One Citus node's answer, or its error.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Node {
+    /// host:port, or "coordinator".
+    pub name: String,
+    pub answer: Result<NodeState, String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NodeState {
+    /// `cluster` or `session`.
+    pub guard: String,
+    pub epoch_unix_ms: i64,
+    /// `pg_shard_id.node` (-1: not set).
+    pub node_setting: i64,
+    pub group_id: i64,
+}
+
+impl NodeState {
+    /// The shard field `next_shard_id(seq)` uses there.
+    pub fn node_number(&self) -> i64 {
+        if self.node_setting >= 0 {
+            self.node_setting
+        } else {
+            self.group_id
+        }
+    }
+}
+
+/// The Citus checks, from the coordinator's view of every node (itself first).
+pub fn citus(nodes: &[Node]) -> Vec<Finding> {
+    let unreachable: Vec<String> = nodes
+        .iter()
+        .filter_map(|n| n.answer.as_ref().err().map(|e| format!("{}: {e}", n.name)))
+        .collect();
+    let states: Vec<(&str, &NodeState)> = nodes
+        .iter()
+        .filter_map(|n| n.answer.as_ref().ok().map(|s| (n.name.as_str(), s)))
+        .collect();
+    let mut out = Vec::new();
+    let not_preloaded: Vec<&str> = states
+        .iter()
+        .filter(|(_, s)| s.guard != "cluster")
+        .map(|(name, _)| *name)
+        .collect();
+    out.push(if unreachable.is_empty() && not_preloaded.is_empty() {
+        finding(
+            "citus_preload",
+            Status::Ok,
+            format!("{} nodes, each with pg_shard_id preloaded", states.len()),
+        )
+    } else if !unreachable.is_empty() {
+        finding(
+            "citus_preload",
+            Status::Failed,
+            format!(
+                "could not ask {}. Fix: CREATE EXTENSION pg_shard_id on every node (citus_add_node \
+                 does it) and check that the coordinator can connect.",
+                unreachable.join("; ")
+            ),
+        )
+    } else {
+        finding(
+            "citus_preload",
+            Status::Failed,
+            format!(
+                "pg_shard_id is not in shared_preload_libraries on {}: two sessions there can \
+                 repeat ids, and next_shard_id(seq) refuses. Fix: shared_preload_libraries = \
+                 'citus,pg_shard_id' on it, and restart it.",
+                not_preloaded.join(", ")
+            ),
+        )
+    });
+    let coordinator_epoch = states.first().map(|(_, s)| s.epoch_unix_ms);
+    let other_epoch: Vec<String> = states
+        .iter()
+        .filter(|(_, s)| Some(s.epoch_unix_ms) != coordinator_epoch)
+        .map(|(name, s)| format!("{name} ({})", format_unix_ms(s.epoch_unix_ms)))
+        .collect();
+    out.push(match (coordinator_epoch, other_epoch.is_empty()) {
+        (Some(epoch), true) => finding(
+            "citus_epoch",
+            Status::Ok,
+            format!("every node has pg_shard_id.epoch {}", format_unix_ms(epoch)),
+        ),
+        (Some(epoch), false) => finding(
+            "citus_epoch",
+            Status::Failed,
+            format!(
+                "pg_shard_id.epoch differs from the coordinator's ({}) on {}: ids of one table \
+                 would not sort by time, and could repeat. Fix: the same pg_shard_id.epoch in \
+                 every node's postgresql.conf, and restart them.",
+                format_unix_ms(epoch),
+                other_epoch.join(", ")
+            ),
+        ),
+        (None, _) => finding("citus_epoch", Status::Failed, "no node answered"),
+    });
+    let mut by_number: BTreeMap<i64, Vec<String>> = BTreeMap::new();
+    for (name, s) in &states {
+        let how = if s.node_setting >= 0 {
+            "pg_shard_id.node"
+        } else {
+            "group id"
+        };
+        by_number
+            .entry(s.node_number())
+            .or_default()
+            .push(format!("{name} ({how})"));
+    }
+    let clashes: Vec<String> = by_number
+        .iter()
+        .filter(|(_, names)| names.len() > 1)
+        .map(|(number, names)| format!("{number}: {}", names.join(", ")))
+        .collect();
+    out.push(if clashes.is_empty() {
+        finding(
+            "citus_node_numbers",
+            Status::Ok,
+            format!(
+                "node numbers are distinct: {}",
+                by_number
+                    .iter()
+                    .map(|(n, names)| format!("{n} {}", names.join(", ")))
+                    .collect::<Vec<_>>()
+                    .join("; ")
+            ),
+        )
+    } else {
+        finding(
+            "citus_node_numbers",
+            Status::Failed,
+            format!(
+                "nodes share a node number, so next_shard_id(seq) can issue equal ids there: {}. \
+                 Fix: unset pg_shard_id.node (ALTER SYSTEM RESET pg_shard_id.node; SELECT \
+                 pg_reload_conf()) to use the Citus group id, or give each node a number no other \
+                 node or group id uses.",
+                clashes.join(" | ")
+            ),
+        )
+    });
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const EPOCH: i64 = 1_767_225_600_000; // 2026-01-01
+    const NOW: i64 = EPOCH + 1_000_000_000;
+
+    #[test]
+    fn preload_and_lease() {
+        assert_eq!(preload(true).status, Status::Ok);
+        let p = preload(false);
+        assert_eq!(p.status, Status::Failed);
+        assert!(p
+            .detail
+            .contains("Fix: add pg_shard_id to shared_preload_libraries"));
+        assert_eq!(lease(None, None, EPOCH, NOW).status, Status::Skipped);
+        assert_eq!(lease(Some(i64::MIN), None, EPOCH, NOW).status, Status::Ok);
+        let ok = lease(Some(NOW + 700), None, EPOCH, NOW);
+        assert_eq!(
+            (ok.status, ok.detail.contains("700 ms ahead")),
+            (Status::Ok, true)
+        );
+        let idle = lease(Some(NOW - 90_000), None, EPOCH, NOW);
+        assert!(
+            idle.detail.contains("90 s behind the clock"),
+            "{}",
+            idle.detail
+        );
+        let far = lease(Some(NOW + 3_600_000), None, EPOCH, NOW);
+        assert_eq!(far.status, Status::Warning);
+        assert!(far.detail.contains("3600 s ahead") && far.detail.contains("Fix:"));
+        let refused = lease(Some(NOW), Some(EPOCH - 86_400_000), EPOCH, NOW);
+        assert_eq!(refused.status, Status::Failed);
+        assert!(
+            refused.detail.contains("'2025-12-31 00:00:00.000+00'"),
+            "{}",
+            refused.detail
+        );
+    }
+
+    #[test]
+    fn epoch_configured_against_recorded() {
+        assert_eq!(epoch(EPOCH, None).status, Status::Warning);
+        assert_eq!(epoch(EPOCH, Some(None)).status, Status::Ok);
+        assert_eq!(epoch(EPOCH, Some(Some(EPOCH))).status, Status::Ok);
+        assert_eq!(epoch(EPOCH, Some(Some(EPOCH + 1))).status, Status::Ok);
+        let later = epoch(EPOCH, Some(Some(EPOCH - 1000)));
+        assert_eq!(later.status, Status::Failed);
+        assert!(later
+            .detail
+            .contains("Fix: set pg_shard_id.epoch = '2025-12-31 23:59:59.000+00'"));
+    }
+
+    #[test]
+    fn clock_against_the_newest_id() {
+        assert_eq!(clock(None, NOW).status, Status::Ok);
+        assert_eq!(clock(Some(NOW - 5), NOW).status, Status::Ok);
+        assert_eq!(clock(Some(NOW + 900), NOW).status, Status::Ok);
+        assert_eq!(clock(Some(NOW + 5_000), NOW).status, Status::Warning);
+        assert_eq!(clock(Some(NOW + 3_600_000), NOW).status, Status::Failed);
+    }
+
+    fn d(table: &str, sequence: &str, shard: i64) -> ShardDefault {
+        ShardDefault {
+            table: table.into(),
+            sequence: sequence.into(),
+            shard,
+        }
+    }
+
+    #[test]
+    fn one_shard_number_with_two_sequences_is_named() {
+        let fine = [d("a", "s", 1), d("b", "s", 1), d("c", "t", 2)];
+        assert_eq!(shard_numbers(&fine).status, Status::Ok);
+        let shared = shard_numbers(&[d("a", "s", 1), d("b", "t", 1), d("c", "u", 2)]);
+        assert_eq!(shared.status, Status::Warning);
+        assert!(
+            shared.detail.contains("shard 1: a (s); b (t)"),
+            "{}",
+            shared.detail
+        );
+    }
+
+    fn node(name: &str, guard: &str, epoch: i64, setting: i64, group: i64) -> Node {
+        Node {
+            name: name.into(),
+            answer: Ok(NodeState {
+                guard: guard.into(),
+                epoch_unix_ms: epoch,
+                node_setting: setting,
+                group_id: group,
+            }),
+        }
+    }
+
+    #[test]
+    fn citus_nodes() {
+        let healthy = [
+            node("coordinator", "cluster", EPOCH, -1, 0),
+            node("w1:5432", "cluster", EPOCH, -1, 1),
+            node("w2:5432", "cluster", EPOCH, 7, 2),
+        ];
+        assert!(citus(&healthy).iter().all(|f| f.status == Status::Ok));
+        let sick = [
+            node("coordinator", "cluster", EPOCH, -1, 0),
+            node("w1:5432", "session", EPOCH, -1, 1),
+            node("w2:5432", "cluster", EPOCH + 1, 1, 2),
+        ];
+        let found = citus(&sick);
+        assert!(
+            found.iter().all(|f| f.status == Status::Failed),
+            "{found:?}"
+        );
+        assert!(found[0].detail.contains("w1:5432"));
+        assert!(found[1].detail.contains("w2:5432"));
+        assert!(found[2]
+            .detail
+            .contains("1: w1:5432 (group id), w2:5432 (pg_shard_id.node)"));
+        let gone = [
+            node("coordinator", "cluster", EPOCH, -1, 0),
+            Node {
+                name: "w3:5432".into(),
+                answer: Err("connection refused".into()),
+            },
+        ];
+        assert_eq!(citus(&gone)[0].status, Status::Failed);
+        assert!(citus(&gone)[0]
+            .detail
+            .contains("w3:5432: connection refused"));
+    }
+}
