@@ -101,6 +101,10 @@ q -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s" \
 check "live install: the server runs $PREVIOUS_VERSION, and its ids fill a table" \
     "$(extversion) $(draw 1)" "$PREVIOUS_VERSION 1000"
 install_package
+postmaster="$(as_pg head -1 "$RUN_DIR/live/data/postmaster.pid")"
+check "live install: the package replaced the library file, and the server maps the old, unlinked one" \
+    "$(cmp -s "$PKGLIB/pg_shard_id.so" "$PREVIOUS_DIR/lib/pg_shard_id.so" || echo replaced),$(
+       as_pg grep -q 'pg_shard_id\.so (deleted)' "/proc/$postmaster/maps" && echo mapped)" "replaced,mapped"
 check "live install: new connections still draw ids" "$(draw 2) $(draw 2) $(draw 2)" "1000 1000 1000"
 restart_cluster live
 check "live install: after the restart, the new library draws ids under the $PREVIOUS_VERSION SQL" \
