@@ -9,7 +9,7 @@
 #
 # Citus: the one installed in the selected PostgreSQL is used; otherwise it is built from
 # CITUS_SOURCE (default: the Citus 13.2.2 source tarball in ../shared/vendor) and installed into
-# it, about 3 minutes once per PostgreSQL (into the wheel's own lib/ and share/ for 16 and 17,
+# it, 1-2 minutes once per PostgreSQL (into the wheel's own lib/ and share/ for 16 and 17,
 # whose pg_config is relocatable; build log in $RUN_DIR/citus-build-MAJOR.log). With neither the
 # suite fails and says so.
 # Needs a build of pg_shard_id installed (scripts/test.sh does that). Ends with "N passed, M failed".
@@ -34,7 +34,7 @@ ensure_citus() {
         echo "!!! from: set CITUS_SOURCE to a Citus 13.2 source tarball, or install Citus." >&2
         return 1
     fi
-    say "building Citus from $CITUS_SOURCE (about 3 minutes, once)"
+    say "building Citus from $CITUS_SOURCE into PostgreSQL $PG_MAJOR (1-2 minutes, once)"
     local pkgs=(libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libxslt1-dev
         libpam0g-dev libssl-dev libreadline-dev libxml2-dev libicu-dev zlib1g-dev autoconf flex
         bison make gcc pkg-config)
