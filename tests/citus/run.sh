@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Citus test: a coordinator and 2 workers on loopback (PostgreSQL 15, Citus 13.2), with
+# Citus test: a coordinator and 2 workers on loopback (PostgreSQL 15, 16 or 17: Citus 13.2), with
 # shared_preload_libraries = 'citus,pg_shard_id' on each, one DEFAULT next_shard_id('seq') for
 # every node, and ids drawn through every path where Citus evaluates a DEFAULT: single-row inserts
 # through the coordinator and on the workers (MX), COPY, INSERT ... SELECT pulled to the
@@ -7,9 +7,11 @@
 # DEFAULT, a node added later and a rebalance; then every id of the distributed table is counted
 # for duplicates. Also the hostile session and decoding in distributed queries.
 #
-# Citus: an installed one is used; otherwise it is built from CITUS_SOURCE (default: the Citus
-# 13.2.2 source tarball in ../shared/vendor, with its PostgreSQL 15.20 patch), about 3 minutes
-# once. With neither the suite fails and says so.
+# Citus: the one installed in the selected PostgreSQL is used; otherwise it is built from
+# CITUS_SOURCE (default: the Citus 13.2.2 source tarball in ../shared/vendor) and installed into
+# it, 1-2 minutes once per PostgreSQL (into the wheel's own lib/ and share/ for 16 and 17,
+# whose pg_config is relocatable; build log in $RUN_DIR/citus-build-MAJOR.log). With neither the
+# suite fails and says so.
 # Needs a build of pg_shard_id installed (scripts/test.sh does that). Ends with "N passed, M failed".
 source "$(dirname "$0")/../../scripts/lib.sh"
 stop_clusters_at_exit
@@ -20,7 +22,10 @@ CITUS_SOURCE="${CITUS_SOURCE:-$VENDOR/citus-13.2.2.tar.gz}"
 CITUS_PATCH="${CITUS_PATCH:-$VENDOR/citus-pg15.20.patch}"
 ROWS_TARGET=1000000
 
-[ "$PG_MAJOR" = 15 ] || { echo "the Citus suite runs on PostgreSQL 15 (Citus 13.2: 15-17)"; exit 2; }
+case "$PG_MAJOR" in
+    15 | 16 | 17) ;;
+    *) echo "the Citus suite runs on PostgreSQL 15-17 (those Citus 13.2 supports)"; exit 2 ;;
+esac
 
 ensure_citus() {
     [ -f "$("$PG_CONFIG" --pkglibdir)/citus.so" ] && return 0
@@ -29,22 +34,30 @@ ensure_citus() {
         echo "!!! from: set CITUS_SOURCE to a Citus 13.2 source tarball, or install Citus." >&2
         return 1
     fi
-    say "building Citus from $CITUS_SOURCE (about 3 minutes, once)"
+    say "building Citus from $CITUS_SOURCE into PostgreSQL $PG_MAJOR (1-2 minutes, once)"
     local pkgs=(libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libxslt1-dev
         libpam0g-dev libssl-dev libreadline-dev libxml2-dev libicu-dev zlib1g-dev autoconf flex
         bison make gcc pkg-config)
     DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${pkgs[@]}" >"$RUN_DIR/citus-apt.log" 2>&1 ||
         { cat "$RUN_DIR/citus-apt.log"; return 1; }
-    local src="$RUN_DIR/citus-src"
+    local src="$RUN_DIR/citus-src-$PG_MAJOR" log="$RUN_DIR/citus-build-$PG_MAJOR.log"
     rm -rf "$src" && mkdir -p "$src"
     tar -xzf "$CITUS_SOURCE" -C "$src" --strip-components=1
+    # Citus 13.2.2 defines its own have_createdb_privilege() for PostgreSQL 15, which 15.20's
+    # commands/dbcommands.h also declares: the patch drops Citus's copy. For 16 and 17 Citus uses
+    # the server's (17.11 builds unpatched), so the patch is applied on a 15 that declares it only.
+    local patch=""
+    if [ "$PG_MAJOR" = 15 ] &&
+        grep -qs have_createdb_privilege "$("$PG_CONFIG" --includedir-server)/commands/dbcommands.h"; then
+        patch="$CITUS_PATCH"
+    fi
     (
         cd "$src"
-        [ -f "$CITUS_PATCH" ] && patch -p1 <"$CITUS_PATCH"
+        if [ -n "$patch" ]; then patch -p1 <"$patch"; fi
         ./configure --without-libcurl PG_CONFIG="$PG_CONFIG"
         make -j"$(nproc)"
         make install
-    ) >"$RUN_DIR/citus-build.log" 2>&1 || { tail -30 "$RUN_DIR/citus-build.log"; return 1; }
+    ) >"$log" 2>&1 || { tail -30 "$log"; return 1; }
     rm -rf "$src"
 }
 

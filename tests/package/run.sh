@@ -1,10 +1,11 @@
 #!/usr/bin/env bash
 # Package test for the selected PostgreSQL (PG_MAJOR, default 15): builds the package with
 # scripts/package.sh, installs it the way a user would (apt-get install ./x.deb for Debian's
-# PostgreSQL, the tarball's INSTALL.txt steps for the relocatable one), starts a fresh cluster
-# from it, uses it, then removes it and checks that nothing is left behind. Leaves the release
-# build installed by cargo pgrx again at exit, whatever happens, so that the next stage and
-# scripts/try.sh find the extension where they expect it.
+# PostgreSQL, the tarball's INSTALL.txt steps for the relocatable ones) first under a running
+# server that has the previous release preloaded and upgrades that server, then on its own into a
+# fresh cluster, uses it, removes it and checks that nothing is left behind. Leaves the release
+# build installed again at exit, whatever happens, so that the next stage and scripts/try.sh find
+# the extension where they expect it.
 # Ends with "N passed, M failed"; exits non-zero if any failed.
 source "$(dirname "$0")/../../scripts/lib.sh"
 
@@ -43,19 +44,78 @@ install_package() {
     fi
 }
 
-# Installing over a running server that has the library preloaded (the build installed now, a
-# different file from the package's stripped one) must not crash it: the package replaces the
-# file, and the server keeps the one it mapped until it restarts.
-say "installing the package under a running server that has the library preloaded"
+# The previous release, which the live install upgrades from, built from its release commit (its
+# CHANGELOG has [0.3.0] as released and nothing under [Unreleased]; the next commit starts 0.4.0's
+# work) with cargo pgrx package, as scripts/package.sh builds. A build takes minutes, so its
+# library, control file and install script are cached, like the PostgreSQL wheels, in
+# $PG_WHEEL_CACHE/previous-release/COMMIT-pgMAJOR (keyed by commit and major) and used when there.
+PREVIOUS_VERSION=0.3.0
+PREVIOUS_COMMIT=0b3df35a2d058490c27d168ab4ffec508a2429a7
+PREVIOUS_DIR="$PG_WHEEL_CACHE/previous-release/$PREVIOUS_COMMIT-pg$PG_MAJOR"
+ensure_previous_release() {
+    [ -f "$PREVIOUS_DIR/lib/pg_shard_id.so" ] && return 0
+    local src="$RUN_DIR/previous-release-src" stage="$RUN_DIR/previous-release-stage"
+    local log="$RUN_DIR/previous-release-$PG_MAJOR.log"
+    git -C "$REPO" cat-file -e "$PREVIOUS_COMMIT^{commit}" 2>/dev/null ||
+        { echo "commit $PREVIOUS_COMMIT ($PREVIOUS_VERSION) is not in this clone (a shallow one?)" >&2; return 1; }
+    say "building pg_shard_id $PREVIOUS_VERSION (${PREVIOUS_COMMIT:0:7}) for PostgreSQL $PG_MAJOR, once"
+    rm -rf "$src" "$stage" && mkdir -p "$src"
+    git -C "$REPO" archive "$PREVIOUS_COMMIT" | tar -x -C "$src"
+    # its own target folder: the same crate names in the repository's would mix the two builds
+    (cd "$src" && CARGO_TARGET_DIR="$REPO/target/previous-release" cargo pgrx package \
+        --pg-config "$PG_CONFIG" --no-default-features --features "pg$PG_MAJOR" --out-dir "$stage") \
+        >"$log" 2>&1 || { tail -30 "$log"; return 1; }
+    rm -rf "$PREVIOUS_DIR.tmp" && mkdir -p "$PREVIOUS_DIR.tmp/lib" "$PREVIOUS_DIR.tmp/extension"
+    cp "$stage$PKGLIB/pg_shard_id.so" "$PREVIOUS_DIR.tmp/lib/"
+    cp "$stage$EXT_DIR"/pg_shard_id* "$PREVIOUS_DIR.tmp/extension/"
+    chmod -R a+rX "$PREVIOUS_DIR.tmp"
+    mv "$PREVIOUS_DIR.tmp" "$PREVIOUS_DIR"
+    rm -rf "$src" "$stage"
+}
+# install_previous_release: the previous release alone, each file new then renamed (install_tree)
+install_previous_release() {
+    local stage="$RUN_DIR/previous-release-install"
+    rm -rf "$stage" && mkdir -p "$stage$PKGLIB" "$stage$EXT_DIR"
+    cp "$PREVIOUS_DIR"/lib/* "$stage$PKGLIB/"
+    cp "$PREVIOUS_DIR"/extension/* "$stage$EXT_DIR/"
+    remove_installed_files
+    install_tree "$stage"
+    rm -rf "$stage"
+}
+extversion() { q -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'"; }
+# draw PHASE: inserts 1,000 rows into table t, ids from its DEFAULT, in a new connection; prints
+# how many it inserted or the error
+draw() { q -c "WITH i AS (INSERT INTO t (phase) SELECT $1 FROM generate_series(1, 1000) RETURNING 1)
+               SELECT count(*) FROM i" 2>&1; }
+
+# The live install: a running server has the previous release preloaded and a table whose
+# DEFAULT draws ids from it. The package is installed under it (it replaces the library file; the
+# server keeps the file it mapped until it restarts, where an in-place copy crashed it), new
+# connections still draw ids, then the restart and ALTER EXTENSION UPDATE of README "Upgrade".
+ensure_previous_release
+say "installing the package under a running server that has $PREVIOUS_VERSION preloaded"
+install_previous_release
 start_cluster live yes
-q -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s" -c "SELECT next_shard_id('s', 1)" >/dev/null
+q -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s" \
+  -c "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1), phase int)"
+check "live install: the server runs $PREVIOUS_VERSION, and its ids fill a table" \
+    "$(extversion) $(draw 1)" "$PREVIOUS_VERSION 1000"
 install_package
-check "live install: new connections still draw ids" \
-    "$(for i in 1 2 3; do q -c "SELECT next_shard_id('s', 1) > 0" 2>&1; done | sort -u)" t
+postmaster="$(as_pg head -1 "$RUN_DIR/live/data/postmaster.pid")"
+check "live install: the package replaced the library file, and the server maps the old, unlinked one" \
+    "$(cmp -s "$PKGLIB/pg_shard_id.so" "$PREVIOUS_DIR/lib/pg_shard_id.so" || echo replaced),$(
+       as_pg grep -q 'pg_shard_id\.so (deleted)' "/proc/$postmaster/maps" && echo mapped)" "replaced,mapped"
+check "live install: new connections still draw ids" "$(draw 2) $(draw 2) $(draw 2)" "1000 1000 1000"
 restart_cluster live
-check "live install: after the restart, ALTER EXTENSION UPDATE and ids" \
-    "$(q -c "SET client_min_messages = warning" -c "ALTER EXTENSION pg_shard_id UPDATE" \
-         -c "SELECT next_shard_id('s', 1) > 0" 2>&1)" t
+check "live install: after the restart, the new library draws ids under the $PREVIOUS_VERSION SQL" \
+    "$(extversion) $(draw 3)" "$PREVIOUS_VERSION 1000"
+q -c "SET client_min_messages = warning" -c "ALTER EXTENSION pg_shard_id UPDATE"
+check "live install: ALTER EXTENSION UPDATE, then ids" "$(extversion) $(draw 4)" "$EXTENSION_VERSION 1000"
+check "live install: every id unique" "$(q -c "SELECT count(DISTINCT id) || ' of ' || count(*) FROM t" 2>&1)" \
+    "6000 of 6000"
+check "live install: each phase's ids are above the previous phase's" \
+    "$(q -c "SELECT bool_and(lo > prev_max) FROM (SELECT min(id) lo, lag(max(id)) OVER (ORDER BY phase) AS prev_max
+                                               FROM t GROUP BY phase) x" 2>&1)" t
 check "live install: the server log has no crash" \
     "$(grep -c 'terminated by signal' "$RUN_DIR/live/server.log" || true)" 0
 stop_cluster live
