@@ -21,7 +21,7 @@
 #      and 3 workers, ids through every path where Citus evaluates it, none repeated
 #   9. the benchmark at smoke size (scripts/bench.sh --smoke)
 #  10. the package test (tests/package): build the .deb (15) or tarball (16, 17, 18), install it
-#      under a running server that has the previous release (0.3.0) preloaded and update that
+#      under a running server that has the previous release (0.4.0) preloaded and update that
 #      server, then install it as a user would, use it, remove it (for every version, after the
 #      other stages of all of them)
 #
@@ -30,8 +30,8 @@
 # server: the build itself, pg_regress (what a user sees), the cluster tests (shared memory, the
 # WAL resource manager, crash recovery, replication, PITR: the APIs that differ between majors) and
 # the extension upgrade, and the package test (each version has its own package, built against its
-# own server, and the live install from 0.3.0 swaps the library under that running server; 20-30 s
-# each, plus the package's release build on 16 and 17, ~50 s, and once per machine the 0.3.0
+# own server, and the live install from 0.4.0 swaps the library under that running server; 20-30 s
+# each, plus the package's release build on 16 and 17, ~50 s, and once per machine the 0.4.0
 # build, 1-3 min). They skip the #[pg_test]s (the same Rust and SQL as on 15 and 18, 3 min each),
 # the client drivers (they speak the protocol, which is the same) and the benchmark smoke run (the
 # full benchmark, scripts/bench.sh, runs on all four). Citus 13.2 supports 15-17 (not 18): its
@@ -124,7 +124,7 @@ done
 # (in 18's turn) needs 17's test build.
 for version in $PG_VERSIONS; do
     select_pg "$version"
-    stage "PostgreSQL $PG_MAJOR: package test (installed under a running 0.3.0 server, then alone)" package_test
+    stage "PostgreSQL $PG_MAJOR: package test (installed under a running 0.4.0 server, then alone)" package_test
 done
 echo
 echo "stages: $stages_passed passed, 0 failed"

@@ -226,6 +226,29 @@ timed() { on coord -c '\timing on' -c "$1" | sed -n 's/^Time: \([0-9.]*\) ms.*/\
 echo "  over $total rows on 3 workers: GROUP BY the decoded minute $(timed "$by_minute" | tail -1) ms," \
      "the last hour by id bound $(timed "$range") ms, count(*) $(timed "SELECT count(*) FROM photos") ms"
 
+say "shard_id_check() on the coordinator: healthy, then each Citus check made unhealthy on purpose"
+citus_statuses() {
+    on coord -c "SELECT * FROM run_command_on_workers('SELECT 1')" >/dev/null 2>&1 || true # reconnect after a restart
+    on coord -c "SELECT string_agg(\"check\" || '=' || status, ' ' ORDER BY \"check\") FROM shard_id_check() WHERE \"check\" LIKE 'citus%'"
+}
+check "health: a healthy Citus cluster" "$(citus_statuses)" "citus_epoch=ok citus_node_numbers=ok citus_preload=ok"
+check "health: on a worker, it says to ask the coordinator" \
+    "$(on w1 -c "SELECT status FROM shard_id_check() WHERE \"check\" = 'citus'")" skipped
+g2="$(on w2 -c "SELECT groupid FROM pg_dist_local_group")"
+on w1 -c "ALTER SYSTEM SET pg_shard_id.node = $g2" -c "SELECT pg_reload_conf()" >/dev/null
+sleep 1
+check "health: w1's hand-set pg_shard_id.node equals w2's group id ($g2)" "$(citus_statuses)" \
+    "citus_epoch=ok citus_node_numbers=failed citus_preload=ok"
+check "health: ... and the detail names both and the fix" \
+    "$(on coord -c "SELECT detail LIKE '%$g2: %(group id)%(pg_shard_id.node)%Fix: unset pg_shard_id.node%' OR detail LIKE '%$g2: %(pg_shard_id.node)%(group id)%Fix: unset pg_shard_id.node%' FROM shard_id_check() WHERE \"check\" = 'citus_node_numbers'")" t
+on w1 -c "ALTER SYSTEM RESET pg_shard_id.node" -c "SELECT pg_reload_conf()" >/dev/null
+restart_cluster w2 "pg_shard_id.epoch = '2025-06-01 00:00:00+00'"
+check "health: another epoch on w2" "$(citus_statuses)" "citus_epoch=failed citus_node_numbers=ok citus_preload=ok"
+restart_cluster w2 "pg_shard_id.epoch = '2026-01-01 00:00:00+00'" "shared_preload_libraries = 'citus'"
+check "health: w2 without pg_shard_id preloaded" "$(citus_statuses)" "citus_epoch=ok citus_node_numbers=ok citus_preload=failed"
+restart_cluster w2 "shared_preload_libraries = 'citus,pg_shard_id'"
+check "health: healthy again" "$(citus_statuses)" "citus_epoch=ok citus_node_numbers=ok citus_preload=ok"
+
 echo
 echo "citus: $PASSED passed, $FAILED failed"
 [ "$FAILED" = 0 ]

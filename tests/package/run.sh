@@ -44,13 +44,13 @@ install_package() {
     fi
 }
 
-# The previous release, which the live install upgrades from, built from its release commit (its
-# CHANGELOG has [0.3.0] as released and nothing under [Unreleased]; the next commit starts 0.4.0's
-# work) with cargo pgrx package, as scripts/package.sh builds. A build takes minutes, so its
+# The previous release, which the live install upgrades from, built from its release commit (the
+# last commit of 0.4.0: its CHANGELOG has [0.4.0] as released; 0.3.0 was 0b3df35) with cargo pgrx
+# package, as scripts/package.sh builds. A build takes minutes, so its
 # library, control file and install script are cached, like the PostgreSQL wheels, in
 # $PG_WHEEL_CACHE/previous-release/COMMIT-pgMAJOR (keyed by commit and major) and used when there.
-PREVIOUS_VERSION=0.3.0
-PREVIOUS_COMMIT=0b3df35a2d058490c27d168ab4ffec508a2429a7
+PREVIOUS_VERSION=0.4.0
+PREVIOUS_COMMIT=b97dbcdcccb9d1e19926ec36c4ee09b76a2779d5
 PREVIOUS_DIR="$PG_WHEEL_CACHE/previous-release/$PREVIOUS_COMMIT-pg$PG_MAJOR"
 ensure_previous_release() {
     [ -f "$PREVIOUS_DIR/lib/pg_shard_id.so" ] && return 0
