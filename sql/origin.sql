@@ -13,7 +13,10 @@ COMMENT ON SCHEMA _pg_shard_id IS
 CREATE TABLE _pg_shard_id.origin (
     epoch timestamptz NOT NULL,
     system_identifier bigint NOT NULL,
-    recorded_at timestamptz NOT NULL DEFAULT pg_catalog.now()
+    recorded_at timestamptz NOT NULL DEFAULT pg_catalog.now(),
+    -- the database the ids were made in (NULL: recorded before 0.5.0); a copy into another
+    -- database of this server (pg_restore, CREATE DATABASE ... TEMPLATE) has another oid
+    database oid
 );
 SELECT pg_catalog.pg_extension_config_dump('_pg_shard_id.origin', '');
 GRANT SELECT ON _pg_shard_id.origin TO PUBLIC;
@@ -21,18 +24,22 @@ COMMENT ON TABLE _pg_shard_id.origin IS
     'The servers (system identifier) that issued ids in this database and their pg_shard_id.epoch; kept by pg_dump and pg_upgrade. Written by pg_shard_id only.';
 
 -- Adds this server's row, with this server's epoch (never later than the recorded one: that is
--- refused before), and drops the rows of other servers, whose ids it has now taken in; returns
--- true. Called by next_shard_id before a backend's first id when the rows say so, through the
+-- refused before) and this database, and drops the rows of other servers and other databases,
+-- whose ids it has now taken in; returns true. Called by next_shard_id before a backend's first id when the rows say so, through the
 -- function manager (so no EXECUTE privilege is needed, and none is granted: the rows are facts
 -- about servers, which only the extension records).
 CREATE FUNCTION _pg_shard_id.record_origin() RETURNS boolean
     LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog
 BEGIN ATOMIC
     DELETE FROM _pg_shard_id.origin
-        WHERE system_identifier <> (SELECT c.system_identifier FROM pg_catalog.pg_control_system() c);
-    INSERT INTO _pg_shard_id.origin (epoch, system_identifier)
-        SELECT i.epoch, c.system_identifier
-        FROM @extschema@.pg_shard_id_info() i, pg_catalog.pg_control_system() c;
+        WHERE system_identifier <> (SELECT c.system_identifier FROM pg_catalog.pg_control_system() c)
+           OR database IS DISTINCT FROM (SELECT d.oid FROM pg_catalog.pg_database d
+                                          WHERE d.datname = pg_catalog.current_database());
+    INSERT INTO _pg_shard_id.origin (epoch, system_identifier, database)
+        SELECT i.epoch, c.system_identifier, d.oid
+        FROM @extschema@.pg_shard_id_info() i, pg_catalog.pg_control_system() c,
+             pg_catalog.pg_database d
+        WHERE d.datname = pg_catalog.current_database();
     SELECT true;
 END;
 REVOKE EXECUTE ON FUNCTION _pg_shard_id.record_origin() FROM PUBLIC;
@@ -49,3 +56,13 @@ BEGIN ATOMIC
     FROM _pg_shard_id.origin o;
 END;
 REVOKE EXECUTE ON FUNCTION _pg_shard_id.read_origin() FROM PUBLIC;
+
+-- The databases of the rows (0 for a row recorded before 0.5.0, which did not say), read with
+-- read_origin() and in the same way.
+CREATE FUNCTION _pg_shard_id.origin_databases() RETURNS oid[]
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
+BEGIN ATOMIC
+    SELECT coalesce(array_agg(DISTINCT coalesce(o.database, 0::oid)), '{}')
+    FROM _pg_shard_id.origin o;
+END;
+REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;

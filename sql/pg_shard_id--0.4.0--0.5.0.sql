@@ -4,9 +4,39 @@
 -- server keeps the old one), then run ALTER EXTENSION pg_shard_id UPDATE in each database.
 --
 -- New: the view pg_shard_id_stats (and its function), pg_shard_id_stats_reset() and
--- shard_id_check(). Nothing else changes: user tables, DEFAULTs, indexes and views are not
--- touched. The statements are copies of the generated install script, sql/stats.sql and
+-- shard_id_check(); _pg_shard_id.origin records the database too (a copy into another database
+-- of the same server starts new ids above the server's lease; rows from 0.4.0 name no database,
+-- so the first id after this update does that once: at most a second or so ahead of the clock).
+-- Nothing else changes: user tables, DEFAULTs, indexes and views are not touched. The
+-- statements are copies of the generated install script, sql/stats.sql, sql/origin.sql and
 -- sql/comments.sql; tests/upgrade checks that the result equals a fresh 0.5.0 install.
+ALTER TABLE _pg_shard_id.origin ADD COLUMN database oid;
+
+CREATE OR REPLACE FUNCTION _pg_shard_id.record_origin() RETURNS boolean
+    LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog
+BEGIN ATOMIC
+    DELETE FROM _pg_shard_id.origin
+        WHERE system_identifier <> (SELECT c.system_identifier FROM pg_catalog.pg_control_system() c)
+           OR database IS DISTINCT FROM (SELECT d.oid FROM pg_catalog.pg_database d
+                                          WHERE d.datname = pg_catalog.current_database());
+    INSERT INTO _pg_shard_id.origin (epoch, system_identifier, database)
+        SELECT i.epoch, c.system_identifier, d.oid
+        FROM @extschema@.pg_shard_id_info() i, pg_catalog.pg_control_system() c,
+             pg_catalog.pg_database d
+        WHERE d.datname = pg_catalog.current_database();
+    SELECT true;
+END;
+
+CREATE FUNCTION _pg_shard_id.origin_databases() RETURNS oid[]
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
+BEGIN ATOMIC
+    SELECT coalesce(array_agg(DISTINCT coalesce(o.database, 0::oid)), '{}')
+    FROM _pg_shard_id.origin o;
+END;
+REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;
+COMMENT ON FUNCTION _pg_shard_id.origin_databases() IS
+    'Internal: the recorded databases, 0 for rows recorded before 0.5.0 (next_shard_id calls it).';
+
 CREATE FUNCTION "pg_shard_id_stats"() RETURNS TABLE (
 	"database" oid,
 	"sequence_oid" oid,

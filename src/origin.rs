@@ -5,7 +5,7 @@
 //! path, and everything else here runs inside pgrx's guard (it queries through SPI and may raise
 //! 55000). A backend serves one database for its life, so one flag per process is exact.
 
-use pg_shard_id_core::origin::{decide, floor_for_other_servers, Recorded, Verdict};
+use pg_shard_id_core::origin::{decide, floor_for_other_servers, Here, Recorded, Verdict};
 use pg_shard_id_core::slots::SlotTable;
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::prelude::*;
@@ -51,13 +51,34 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
         let datum = pg_sys::OidFunctionCall0Coll(read_origin, pg_sys::InvalidOid);
         Vec::<Option<i64>>::from_datum(datum, false).unwrap_or_default()
     };
+    // (the SQL before 0.5.0 has no origin_databases(): None)
+    let databases = member_function("_pg_shard_id.origin_databases()").map(|oid| {
+        // SAFETY: a function of this extension (checked by member_function) that takes no
+        // arguments and returns an oid[] that is never NULL.
+        unsafe {
+            let datum = pg_sys::OidFunctionCall0Coll(oid, pg_sys::InvalidOid);
+            Vec::<Option<pg_sys::Oid>>::from_datum(datum, false)
+                .unwrap_or_default()
+                .into_iter()
+                .flatten()
+                .map(|oid| oid.to_u32())
+                .collect()
+        }
+    });
     let recorded = Recorded {
         epoch_unix_ms: rows.first().copied().flatten(),
         system_identifiers: rows.iter().skip(1).flatten().copied().collect(),
+        databases,
     };
-    // SAFETY: reads the control file's copy in shared memory, set at start-up.
-    let this_server = unsafe { pg_sys::GetSystemIdentifier() } as i64;
-    match decide(&recorded, this_server, epoch_unix_ms, now) {
+    let here = Here {
+        // SAFETY: reads the control file's copy in shared memory, set at start-up.
+        server: unsafe { pg_sys::GetSystemIdentifier() } as i64,
+        // SAFETY: a backend global, set once at connection.
+        database: unsafe { pg_sys::MyDatabaseId }.to_u32(),
+        lease_unix_ms: crate::shmem::is_cluster()
+            .then(|| table.lease().load(std::sync::atomic::Ordering::Acquire)),
+    };
+    match decide(&recorded, &here, epoch_unix_ms, now) {
         Verdict::Refuse {
             recorded_epoch_unix_ms,
         } => crate::errors::epoch_later_than_recorded(
@@ -70,8 +91,12 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
             record,
         } => {
             if let Some(floor) = floor_unix_ms {
-                let servers = format!("system identifiers {:?}", recorded.system_identifiers);
-                raise_floor(table, epoch_unix_ms, floor, &servers);
+                let made_by = format!(
+                    "system identifiers {:?}, databases {:?}",
+                    recorded.system_identifiers,
+                    recorded.databases.as_deref().unwrap_or_default()
+                );
+                raise_floor(table, epoch_unix_ms, floor, &made_by);
             }
             // SAFETY: a backend global of the transaction state.
             let read_only = unsafe { pg_sys::XactReadOnly };
@@ -98,9 +123,9 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
 fn raise_floor(table: &SlotTable, epoch_unix_ms: i64, floor_unix_ms: i64, made_by: &str) {
     table.raise_floor(floor_unix_ms.saturating_sub(epoch_unix_ms));
     log!(
-        "pg_shard_id: this database holds ids that another server may have made ({made_by}; \
-         restored or upgraded from it); new ids start at {}, above any id that server could \
-         have issued",
+        "pg_shard_id: this database holds ids that another server or database may have made \
+         ({made_by}; restored, upgraded or copied from it); new ids start at {}, above any id \
+         it could have issued",
         format_unix_ms(floor_unix_ms)
     );
 }

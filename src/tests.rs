@@ -187,6 +187,7 @@ mod tests {
             "shard_id_adopt(regclass,name,integer):vu-",
             "_pg_shard_id.record_origin():vu-",
             "_pg_shard_id.read_origin():su-",
+            "_pg_shard_id.origin_databases():su-",
             "pg_shard_id_stats():vrs",
             "pg_shard_id_stats_reset():vus",
             "shard_id_check():vus",

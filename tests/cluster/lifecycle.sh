@@ -299,7 +299,7 @@ test_restore_elsewhere() {
     check "restore elsewhere: this server is recorded" \
         "$(q -c "SELECT count(*) FROM _pg_shard_id.origin WHERE system_identifier = (SELECT system_identifier FROM pg_control_system())")" 1
     check "restore elsewhere: the server log says why ids start ahead" \
-        "$(grep -c 'holds ids that another server may have made' "$RUN_DIR/elsewhere/server.log")" 1
+        "$(grep -c 'holds ids that another server or database may have made' "$RUN_DIR/elsewhere/server.log")" 1
     export PGDATABASE=postgres
     stop_cluster elsewhere
 }

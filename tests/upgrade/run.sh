@@ -71,7 +71,8 @@ user_objects() {
         (SELECT string_agg(pg_get_indexdef(indexrelid), E'\n' ORDER BY indexrelid::regclass::text)
            FROM pg_index WHERE indrelid::regclass::text NOT LIKE 'pg_%'),
         (SELECT string_agg(c.relname || ': ' || pg_get_viewdef(c.oid), E'\n' ORDER BY c.relname)
-           FROM pg_class c WHERE c.relkind = 'v' AND c.relnamespace = 'public'::regnamespace),
+           FROM pg_class c WHERE c.relkind = 'v' AND c.relnamespace = 'public'::regnamespace
+            AND $(printf "$user_rel" c.oid)),
         (SELECT md5(string_agg(p::text, ',' ORDER BY id)) FROM photos p),
         (SELECT md5(string_agg(e::text, ',' ORDER BY id)) FROM events e),
         (SELECT md5(string_agg(f::text, ',' ORDER BY id)) FROM photo_fields f),
