@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
-# Monitoring test: the recipe of monitoring/README.md end to end, with Debian's packages. A
-# throwaway cluster with the extension; prometheus-postgres-exporter on it with
-# monitoring/queries.yaml; Prometheus scraping the exporter every second. Ids are drawn through a
-# column DEFAULT, then in a burst over 1,024 ids/ms from one sequence (the select list of one
-# session, `wait` mode); the metrics are read back through Prometheus's HTTP API: the ids counter
-# equals the ids drawn, and waits, wait time and exhausted milliseconds appear with the burst. A
-# second exporter on a database without the extension shows what operators see there.
+# Monitoring test: the recipe of monitoring/README.md end to end, with Debian's packages: a
+# throwaway cluster with the extension, prometheus-postgres-exporter on it with
+# monitoring/queries.yaml, Prometheus scraping the exporter every second with monitoring/alerts.yaml
+# loaded. Ids are drawn through a column DEFAULT, then in a burst over 1,024 ids/ms from one
+# sequence (one session's select list, `wait` mode); the metrics are read back through Prometheus's
+# HTTP API: the ids counter equals the ids drawn; waits, wait time and exhausted milliseconds
+# appear with the burst. Also: rows of two dropped databases with the same labels (one series, and
+# the scrape still succeeds); a second exporter on a database without the extension (what
+# operators see there); the alerting rules checked and unit-tested with promtool.
 #
 #   MONITORING_STANDIN=1       no build of pg_shard_id: a plain SQL view of the same columns
 #                              (tests/monitoring/standin.sql) counts the draws; plumbing only
@@ -91,6 +93,10 @@ positive() { python3 -c 'import sys; print("yes" if sys.argv[1] and float(sys.ar
 ensure_packages
 rm -rf "$WORK" && mkdir -p "$WORK"
 say "$(prometheus-postgres-exporter --version 2>&1 | head -1), $(prometheus --version 2>&1 | head -1)"
+check "promtool check rules monitoring/alerts.yaml" \
+    "$(promtool check rules "$REPO/monitoring/alerts.yaml" >"$WORK/promtool.log" 2>&1 && echo ok)" ok
+check "promtool test rules: the alerts fire on made-up series" \
+    "$(promtool test rules "$HERE/alerts_test.yaml" >>"$WORK/promtool.log" 2>&1 && echo ok)" ok
 
 DRAWN=0
 if [ -n "$STANDIN" ]; then
@@ -130,6 +136,8 @@ global:
   scrape_interval: 1s
   scrape_timeout: 1s
   evaluation_interval: 1s
+rule_files:
+  - $REPO/monitoring/alerts.yaml
 scrape_configs:
   - job_name: postgres
     static_configs:
@@ -182,6 +190,10 @@ check "last_issued_timestamp_seconds is within 10 s of the clock" \
     "$(promql "count(abs(pg_shard_id_last_issued_timestamp_seconds{$SEL} - time()) < 10)")" 1
 check "pg_shard_id_extension_installed" "$(promql 'pg_shard_id_extension_installed{datname="postgres"}')" "$INSTALLED"
 check "the exporter's scrapes have no error" "$(promql 'max_over_time(pg_exporter_last_scrape_error[1m])')" 0
+check "the alerting rules evaluate on the scraped series" \
+    "$(curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/rules" | python3 -c 'import json, sys
+rules = [r for g in json.load(sys.stdin)["data"]["groups"] for r in g["rules"]]
+print(len(rules), sorted({r["health"] for r in rules}))')" "4 ['ok']"
 check "the counters are typed counter" \
     "$(curl -fsS "http://$MAIN_EXPORTER/metrics" | grep -c '^# TYPE pg_shard_id_[a-z_]*_total counter$')" 6
 
