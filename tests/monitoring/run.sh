@@ -176,6 +176,7 @@ check "... and the view says the same" \
 sleep 1.5 # a scrape after the one that saw the last id
 waits="$(promql "pg_shard_id_waits_total{$SEL}")"
 echo "  waits $waits_before -> $waits, wait seconds $wait_s_before -> $(promql "pg_shard_id_wait_seconds_total{$SEL}"), exhausted seconds $exhausted_before -> $(promql "pg_shard_id_exhausted_seconds_total{$SEL}")"
+echo "  the exporter's scrapes took up to $(promql 'max_over_time(pg_exporter_last_scrape_duration_seconds[1m])') s"
 check "waits appeared with the burst" "$(positive "$(promql "pg_shard_id_waits_total{$SEL} - $waits_before")")" yes
 check "wait time appeared with the burst" \
     "$(positive "$(promql "pg_shard_id_wait_seconds_total{$SEL} - $wait_s_before")")" yes
@@ -194,6 +195,14 @@ check "the alerting rules evaluate on the scraped series" \
     "$(curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/rules" | python3 -c 'import json, sys
 rules = [r for g in json.load(sys.stdin)["data"]["groups"] for r in g["rules"]]
 print(len(rules), sorted({r["health"] for r in rules}))')" "4 ['ok']"
+# shellcheck disable=SC2016 # the backquotes are the README's code fences
+mapfile -t exprs < <(sed -n '/^```promql$/,/^```$/p' "$REPO/monitoring/README.md" | grep -v '^```\|^#')
+evaluated=0
+for e in "${exprs[@]}"; do
+    curl -fsS -o /dev/null --get "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=$e" &&
+        evaluated=$((evaluated + 1))
+done
+check "the PromQL expressions of monitoring/README.md evaluate" "$evaluated of ${#exprs[@]}" "9 of 9"
 check "the counters are typed counter" \
     "$(curl -fsS "http://$MAIN_EXPORTER/metrics" | grep -c '^# TYPE pg_shard_id_[a-z_]*_total counter$')" 6
 
