@@ -43,6 +43,9 @@ build_deb() {
     cp LICENSE "$stage/usr/share/doc/$name/copyright"
     cp README.md CHANGELOG.md "$stage/usr/share/doc/$name/"
     gzip -9n "$stage/usr/share/doc/$name/CHANGELOG.md"
+    # the monitoring recipe (monitoring/README.md): the exporter's queries and the alert rules
+    mkdir -p "$stage/usr/share/doc/$name/monitoring"
+    cp monitoring/queries.yaml monitoring/alerts.yaml monitoring/README.md "$stage/usr/share/doc/$name/monitoring/"
     cat >"$stage/DEBIAN/control" <<EOF
 Package: $name
 Version: $EXTENSION_VERSION
@@ -76,6 +79,8 @@ build_tarball() {
     strip --strip-unneeded "$tree/lib/pg_shard_id.so"
     cp "$stage$("$PG_CONFIG" --sharedir)"/extension/pg_shard_id* "$tree/extension/"
     cp LICENSE README.md CHANGELOG.md "$tree/"
+    mkdir -p "$tree/monitoring"
+    cp monitoring/queries.yaml monitoring/alerts.yaml monitoring/README.md "$tree/monitoring/"
     cat >"$tree/INSTALL.txt" <<EOF
 pg_shard_id $EXTENSION_VERSION for PostgreSQL $major (x86_64 Linux, glibc >= $(glibc_needed "$tree/lib/pg_shard_id.so"))
 

@@ -18,7 +18,11 @@
 #   8. the client tests (tests/clients): node-postgres, psycopg 3, SQLAlchemy 2 + Alembic, Django
 #      (pinned from npm and PyPI), as the README's JavaScript/JSON and ORM recipes say
 #      (15 and 17) the Citus suite (tests/citus): one DEFAULT next_shard_id(seq) on a coordinator
-#      and 3 workers, ids through every path where Citus evaluates it, none repeated
+#      and 3 workers, ids through every path where Citus evaluates it, none repeated;
+#      shard_id_check() on the coordinator, healthy and with each Citus check made to fail
+#      (15) the monitoring test (tests/monitoring): Debian's prometheus-postgres-exporter with
+#      monitoring/queries.yaml and Prometheus scraping it; a burst over 1024 ids/ms read back
+#      through Prometheus's HTTP API; the alert rules (promtool)
 #   9. the benchmark at smoke size (scripts/bench.sh --smoke)
 #  10. the package test (tests/package): build the .deb (15) or tarball (16, 17, 18), install it
 #      under a running server that has the previous release (0.4.0) preloaded and update that
@@ -118,6 +122,9 @@ for version in $PG_VERSIONS; do
     fi
     every_stage || continue
     stage "PostgreSQL $PG_MAJOR: client drivers and ORMs (node-postgres, psycopg, SQLAlchemy, Alembic, Django)" bash tests/clients/run.sh
+    if [ "$PG_MAJOR" = "$oldest" ]; then # Debian's exporter and Prometheus, against Debian's PostgreSQL
+        stage "PostgreSQL $PG_MAJOR: monitoring: prometheus-postgres-exporter and Prometheus end to end" bash tests/monitoring/run.sh
+    fi
     stage "PostgreSQL $PG_MAJOR: benchmark smoke run (installs the release build again)" bench_smoke
 done
 # The package tests come last: each leaves the release build installed, and the pg_upgrade stage

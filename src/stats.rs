@@ -17,8 +17,9 @@ use pgrx::prelude::*;
 /// SELECT sequence, ids, waits, lead_ms FROM pg_shard_id_stats ORDER BY ids DESC;
 /// ```
 ///
-/// `exhausted_ms`: milliseconds whose remainders the sequence used up (or wrapped past), so the
-/// guard moved on to the next one; `waits` / `wait_seconds`: times sessions waited for the clock
+/// `exhausted_ms`: milliseconds the sequence used up (the remainder was taken, or the sequence
+/// wrapped past a multiple of 1024, so the guard moved on before the clock did; per second / 1000,
+/// about the share of the 1024 ids/ms cap in use); `waits` / `wait_seconds`: times sessions waited for the clock
 /// and for how long; `lead_ms`: how far the last millisecond issued is ahead of the clock now
 /// (0 when it is not); `clock_steps`: times the clock was seen stepping back; `lease_writes`:
 /// lease extensions this sequence's ids caused. A sequence whose slot is given to another

@@ -97,8 +97,10 @@ const _: () = assert!(crate::layout::SEQ_BITS <= u16::BITS);
 pub struct Counts {
     /// Ids issued.
     pub ids: u64,
-    /// Times the guard moved on to the next millisecond because the remainder was taken there or
-    /// the sequence wrapped: milliseconds the sequence used up.
+    /// Times the guard moved on to the next millisecond before the clock did, because the id's
+    /// remainder was taken there or the sequence wrapped past a multiple of 1024: milliseconds the
+    /// sequence used up. A sequence drawing faster than a few ids per ms wraps once per 1024 ids,
+    /// so per second this is about ids/ms / 1024 x 1000: the share of the layout's cap in use.
     pub exhausted_ms: u64,
     /// Times a caller was told to wait for the clock.
     pub waits: u64,

@@ -138,13 +138,17 @@ if [[ "$package" == *.deb ]]; then
                grep -qxF "$f" <<<"$owned" || echo "missing $f"; done)" ""
     check "deb: the license is the copyright file" \
         "$(cmp -s "$REPO/LICENSE" "/usr/share/doc/$DEB_NAME/copyright" && echo same)" same
+    check "deb: the exporter's queries.yaml ships with it" \
+        "$(cmp -s "$REPO/monitoring/queries.yaml" "/usr/share/doc/$DEB_NAME/monitoring/queries.yaml" && echo same)" same
 else
     tmp="$RUN_DIR/tarball"
     rm -rf "$tmp" && mkdir -p "$tmp"
     tar -C "$tmp" -xzf "$package"
     dir="$(echo "$tmp"/pg_shard_id-*)"
-    check "tarball: INSTALL.txt, LICENSE and both folders" \
-        "$(ls "$dir" | tr '\n' ' ')" "CHANGELOG.md INSTALL.txt LICENSE README.md extension lib "
+    check "tarball: INSTALL.txt, LICENSE, both folders and the monitoring recipe" \
+        "$(ls "$dir" | tr '\n' ' ')" "CHANGELOG.md INSTALL.txt LICENSE README.md extension lib monitoring "
+    check "tarball: the exporter's queries.yaml ships with it" \
+        "$(cmp -s "$REPO/monitoring/queries.yaml" "$dir/monitoring/queries.yaml" && echo same)" same
     # the steps INSTALL.txt gives, run as written
     (cd "$dir" && grep '^  install ' INSTALL.txt | PATH="$PG_BIN:$PATH" bash -e)
     check "tarball: the INSTALL.txt steps install every file" \
