@@ -427,10 +427,28 @@ test_health_check() {
     stop_cluster health
 }
 
+test_copy_within_server() {
+    say "a database copied within the server (CREATE DATABASE ... TEMPLATE) while its ids run ahead"
+    start_cluster copy yes "fsync = off"
+    setup_db ""
+    q -c "SET pg_shard_id.test_clock_offset_ms = 600000" \
+      -c "INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 5000)"
+    q -c "CREATE DATABASE copy TEMPLATE postgres"
+    q -d copy -c "INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 5000)"
+    check "copy: 10,000 ids, none repeated" "$(q -d copy -c "SELECT count(DISTINCT id) FROM t")" 10000
+    check "copy: the copy's new ids are above the copied ones (10 min ahead of its clock)" \
+        "$(q -d copy -c "SELECT min(id) FILTER (WHERE n > 5000) > max(id) FILTER (WHERE n <= 5000) FROM t")" t
+    check "copy: the server log says where new ids start" \
+        "$(grep -c 'another server or database may have made' "$PGHOST/server.log")" 1
+    check "copy: the copy's origin names the copy only" \
+        "$(q -d copy -c "SELECT count(*) FILTER (WHERE database = (SELECT oid FROM pg_database WHERE datname = 'copy')) || '/' || count(*) FROM _pg_shard_id.origin")" 1/1
+    stop_cluster copy
+}
+
 tests=("$@")
 [ ${#tests[@]} -gt 0 ] || tests=(concurrent_sessions cached_sequence clock_step_back not_preloaded crash_restart
     epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards adopt_under_load
-    node_form_errors health_check
+    node_form_errors health_check copy_within_server
     failover_clock failover_borrow point_in_time_recovery restore_elsewhere boot_before_epoch fast_hour
     step_during_wait)
 for t in "${tests[@]}"; do "test_$t"; done
