@@ -86,7 +86,7 @@ fn shard_defaults() -> Vec<ShardDefault> {
         SELECT a.adrelid::pg_catalog.regclass::text, m[1], m[2]::bigint
           FROM pg_catalog.pg_attrdef a,
                pg_catalog.regexp_match(pg_catalog.pg_get_expr(a.adbin, a.adrelid),
-                   'next_shard_id\(''((?:[^'']|'''')+)''::regclass, (\d+)\)') m"#;
+                   $re$next_shard_id\('((?:[^']|'')+)'::regclass, (\d{1,9})\)$re$) m"#;
     Spi::connect(|client| {
         let rows = client
             .select(sql, None, &[])
@@ -105,10 +105,24 @@ fn shard_defaults() -> Vec<ShardDefault> {
     })
 }
 
-/// What a worker answers to [`WORKER_QUERY`]: `guard epoch_ms node group_id`.
-const WORKER_QUERY: &str = "SELECT i.guard || ' ' || (extract(epoch FROM i.epoch) * 1000)::bigint \
-     || ' ' || current_setting('pg_shard_id.node') || ' ' || (SELECT groupid FROM pg_dist_local_group) \
-     FROM pg_shard_id_info() i";
+/// What each node is asked (the coordinator directly, the workers through
+/// run_command_on_workers): `guard epoch_ms node group_id`. Every name is schema-qualified, the
+/// extension's function with this database's extension schema (Citus creates the extension on
+/// the workers in the same schema), so no search_path can redirect it.
+fn node_query() -> String {
+    let schema = one::<String>(
+        "SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
+         JOIN pg_catalog.pg_namespace n ON n.oid = e.extnamespace WHERE e.extname = 'pg_shard_id'",
+    )
+    .unwrap_or_else(|| "public".to_string());
+    format!(
+        "SELECT pg_catalog.concat_ws(' ', i.guard, \
+                (pg_catalog.extract(epoch FROM i.epoch) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8, \
+                pg_catalog.current_setting('pg_shard_id.node'), \
+                (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l)) \
+         FROM {schema}.pg_shard_id_info() i"
+    )
+}
 
 fn parse_node(answer: &str) -> Result<NodeState, String> {
     let parts: Vec<&str> = answer.split(' ').collect();
@@ -138,20 +152,21 @@ fn citus_findings() -> Vec<Finding> {
     {
         return skipped("no Citus in this database");
     }
-    let group = one::<i32>("SELECT groupid FROM pg_dist_local_group").unwrap_or(-1);
+    let group = one::<i32>("SELECT groupid FROM pg_catalog.pg_dist_local_group").unwrap_or(-1);
     if group != 0 {
         return skipped("a Citus worker: run shard_id_check() on the coordinator");
     }
+    let query = node_query();
     let mut nodes = vec![Node {
         name: "coordinator".to_string(),
-        answer: one::<String>(WORKER_QUERY)
+        answer: one::<String>(&query)
             .ok_or_else(|| "no answer".to_string())
             .and_then(|a| parse_node(&a)),
     }];
     let sql = format!(
-        "SELECT nodename || ':' || nodeport, success, result \
-           FROM run_command_on_workers({}) ORDER BY nodename, nodeport",
-        spi::quote_literal(WORKER_QUERY)
+        "SELECT pg_catalog.concat(w.nodename, ':', w.nodeport), w.success, w.result \
+           FROM pg_catalog.run_command_on_workers({}) w ORDER BY 1",
+        spi::quote_literal(&query)
     );
     Spi::connect(|client| {
         let rows = client

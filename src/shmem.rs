@@ -30,7 +30,7 @@ static PRELOADED: AtomicBool = AtomicBool::new(false);
 
 /// Slots of the per-session table. A session rarely uses many sequences, and eviction keeps any
 /// number of them unique (`pg_shard_id_core::slots`), so it need not be `max_sequences` large
-/// (8192 slots were 1.5 MB in every backend before 0.4.0; 256 are 47 KB).
+/// (8192 slots were 1.5 MB in every backend up to 0.4.0; 256 slots of 232 bytes are 58 KB).
 pub const SESSION_SLOTS: usize = 256;
 
 /// The per-session table, made on first use when the library was not preloaded. Statics here,
@@ -164,6 +164,9 @@ unsafe fn addin_shmem_init_lock() -> *mut pg_sys::LWLock {
     unsafe { &raw mut (*pg_sys::MainLWLockArray.add(21)).lock }
 }
 
+/// Creates the table, or attaches to it. `crate::lease::start` runs here with
+/// `AddinShmemInitLock` held; it only logs and does plain file I/O, so only a panic (a bug) could
+/// end it, and in the postmaster that is FATAL: the server would not start.
 #[pg_guard]
 unsafe extern "C-unwind" fn shmem_startup() {
     // SAFETY: this is the start-up hook: shared memory and the main LWLocks exist.

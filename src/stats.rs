@@ -25,7 +25,12 @@ use pgrx::prelude::*;
 /// lease extensions this sequence's ids caused. A sequence whose slot is given to another
 /// (`pg_shard_id_info().guard_evictions`) starts from zero when it comes back.
 ///
-/// In guard mode `session` there is no server-wide table: no rows, and a WARNING saying so.
+/// In guard mode `session` there is no server-wide table: no rows, and a NOTICE saying so.
+/// The counters are of the whole server: so is a reset, whichever database it is run in.
+/// Small inexactnesses, by design (the counters must cost nothing on the hot path): an id counted
+/// when the guard decided it is counted even if the lease write after it fails (58030), a wait
+/// cancelled by the user is not timed, and a wait or lease write that races with its sequence's
+/// slot being given away is not counted.
 /// VOLATILE (live counters), PARALLEL RESTRICTED like `pg_shard_id_info()`. Raises no errors.
 // The tuple of `name!`s is the SQL signature; a type alias would hide it.
 #[allow(clippy::type_complexity)]
@@ -46,7 +51,9 @@ fn pg_shard_id_stats() -> TableIterator<
     ),
 > {
     let Some(table) = shmem::shared_table() else {
-        warning!(
+        // a NOTICE, not a WARNING: a monitoring exporter polls this, and the server log should
+        // not fill with one line per scrape
+        notice!(
             "pg_shard_id_stats: guard mode session (pg_shard_id is not in \
              shared_preload_libraries): there is no server-wide guard table to report"
         );

@@ -347,6 +347,14 @@ mod tests {
             detail.contains("shard 4242: ck_1, ck_2 (ck_a); ck_3 (ck_b)"),
             "{detail}"
         );
+        // whatever the session's settings: backslashes in the pattern, no search_path
+        run("SET standard_conforming_strings = off");
+        assert_eq!(status("shard_numbers"), "warning");
+        run("RESET standard_conforming_strings; SET search_path = ''");
+        let warned: String =
+            one("SELECT status FROM public.shard_id_check() WHERE \"check\" = 'shard_numbers'");
+        assert_eq!(warned, "warning");
+        run("RESET search_path");
         assert_eq!(status("citus"), "skipped");
     }
 

@@ -334,7 +334,11 @@ pub fn citus(nodes: &[Node]) -> Vec<Finding> {
             ),
         )
     });
-    let coordinator_epoch = states.first().map(|(_, s)| s.epoch_unix_ms);
+    // the coordinator's epoch is the reference: it is the first node, if it answered
+    let coordinator_epoch = nodes
+        .first()
+        .and_then(|n| n.answer.as_ref().ok())
+        .map(|s| s.epoch_unix_ms);
     let other_epoch: Vec<String> = states
         .iter()
         .filter(|(_, s)| Some(s.epoch_unix_ms) != coordinator_epoch)
@@ -357,7 +361,11 @@ pub fn citus(nodes: &[Node]) -> Vec<Finding> {
                 other_epoch.join(", ")
             ),
         ),
-        (None, _) => finding("citus_epoch", Status::Failed, "no node answered"),
+        (None, _) => finding(
+            "citus_epoch",
+            Status::Failed,
+            "the coordinator did not answer for itself (see citus_preload)",
+        ),
     });
     let mut by_number: BTreeMap<i64, Vec<String>> = BTreeMap::new();
     for (name, s) in &states {

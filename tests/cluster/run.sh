@@ -423,7 +423,7 @@ test_health_check() {
         "citus=skipped clock=ok epoch=ok lease=skipped preload=failed shard_numbers=ok"
     check "stats: in guard mode session the view says so and shows nothing" \
         "$(q -c "SELECT count(*) FROM pg_shard_id_stats" 2>&1 | tr '\n' ' ')" \
-        "WARNING:  pg_shard_id_stats: guard mode session (pg_shard_id is not in shared_preload_libraries): there is no server-wide guard table to report 0 "
+        "NOTICE:  pg_shard_id_stats: guard mode session (pg_shard_id is not in shared_preload_libraries): there is no server-wide guard table to report 0 "
     stop_cluster health
 }
 
