@@ -108,7 +108,8 @@ fn shard_defaults() -> Vec<ShardDefault> {
 /// What each node is asked (the coordinator directly, the workers through
 /// run_command_on_workers): `guard epoch_ms node group_id`. Every name is schema-qualified, the
 /// extension's function with this database's extension schema (Citus creates the extension on
-/// the workers in the same schema), so no search_path can redirect it.
+/// the workers in the same schema), so no search_path can redirect it (`extract(... FROM ...)` is
+/// grammar, always pg_catalog's; it cannot be written qualified).
 fn node_query() -> String {
     let schema = one::<String>(
         "SELECT pg_catalog.quote_ident(n.nspname) FROM pg_catalog.pg_extension e \
@@ -117,7 +118,7 @@ fn node_query() -> String {
     .unwrap_or_else(|| "public".to_string());
     format!(
         "SELECT pg_catalog.concat_ws(' ', i.guard, \
-                (pg_catalog.extract(epoch FROM i.epoch) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8, \
+                (extract(epoch FROM i.epoch) OPERATOR(pg_catalog.*) 1000)::pg_catalog.int8, \
                 pg_catalog.current_setting('pg_shard_id.node'), \
                 (SELECT l.groupid FROM pg_catalog.pg_dist_local_group l)) \
          FROM {schema}.pg_shard_id_info() i"
