@@ -16,10 +16,11 @@ SMOKE = "--smoke" in sys.argv
 OUT = sys.argv[sys.argv.index("--out") + 1]
 N_GEN = 20_000 if SMOKE else 2_000_000
 PGBENCH_SECONDS = 2 if SMOKE else 10
-INSERT_ROUNDS = 1 if SMOKE else 5
+# BENCH_INSERT_ROUNDS and BENCH_CLOSE_PAIRS shorten a full run (the report names what was used)
+INSERT_ROUNDS = 1 if SMOKE else int(os.environ.get("BENCH_INSERT_ROUNDS", 5))
 # next_shard_id against bigserial alone, in short alternating runs: enough pairs that the
 # confidence interval of the median ratio is narrower than the difference worth claiming
-CLOSE_PAIRS = 2 if SMOKE else 16
+CLOSE_PAIRS = 2 if SMOKE else int(os.environ.get("BENCH_CLOSE_PAIRS", 16))
 CLOSE_SECONDS = 1 if SMOKE else 5
 N_SCALE = 20_000 if SMOKE else 5_000_000
 N_DECODE = 20_000 if SMOKE else 2_000_000

@@ -6,6 +6,8 @@
 #   scripts/bench.sh           full run (about 15 minutes per version; run it on an idle machine)
 #   scripts/bench.sh --smoke   tiny sizes, writes to $RUN_DIR/bench-smoke/ only (CI runs this)
 #   BENCH_OUT_DIR=dir          write the report there instead of docs/
+#   BENCH_INSERT_ROUNDS=n, BENCH_CLOSE_PAIRS=n   fewer insert rounds (5) and close pairs (16), for
+#                              a shorter full run; the report says how many it used
 source "$(dirname "$0")/lib.sh"
 stop_clusters_at_exit
 cd "$REPO"
