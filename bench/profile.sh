@@ -7,6 +7,7 @@
 #
 #   bench/profile.sh [LABEL]    writes docs/profile-LABEL.json (default LABEL: current)
 #   PROFILE_PG=15 bench/profile.sh ...   (default PostgreSQL 18)
+#   PROFILE_KEEP_INSTALLED=1 ...   profile the build installed now (say, a previous release)
 # Then bench/profile_chart.py docs/profile-before.json docs/profile-after.json docs/profile.png
 source "$(dirname "$0")/../scripts/lib.sh"
 stop_clusters_at_exit
@@ -14,7 +15,7 @@ label="${1:-current}"
 N="${PROFILE_IDS:-200000}"
 select_pg "${PROFILE_PG:-18}"
 ensure_setup
-install_extension release
+[ -n "${PROFILE_KEEP_INSTALLED:-}" ] || install_extension release
 start_cluster profile yes
 stop_cluster profile
 dir="$RUN_DIR/profile"
