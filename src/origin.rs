@@ -45,25 +45,13 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
         CHECKED.store(true, Ordering::Relaxed);
         return;
     };
-    // SAFETY: a function of this extension (checked by member_function) that takes no arguments
-    // and returns a bigint[] that is never NULL.
-    let rows = unsafe {
-        let datum = pg_sys::OidFunctionCall0Coll(read_origin, pg_sys::InvalidOid);
-        Vec::<Option<i64>>::from_datum(datum, false).unwrap_or_default()
-    };
+    // SAFETY: a function of this extension (checked by member_function) returning bigint[].
+    let rows = unsafe { call_array::<i64>(read_origin) };
     // (the SQL before 0.5.0 has no origin_databases(): None)
     let databases = member_function("_pg_shard_id.origin_databases()").map(|oid| {
-        // SAFETY: a function of this extension (checked by member_function) that takes no
-        // arguments and returns an oid[] that is never NULL.
-        unsafe {
-            let datum = pg_sys::OidFunctionCall0Coll(oid, pg_sys::InvalidOid);
-            Vec::<Option<pg_sys::Oid>>::from_datum(datum, false)
-                .unwrap_or_default()
-                .into_iter()
-                .flatten()
-                .map(|oid| oid.to_u32())
-                .collect()
-        }
+        // SAFETY: a function of this extension (checked by member_function) returning oid[].
+        let oids = unsafe { call_array::<pg_sys::Oid>(oid) };
+        oids.into_iter().flatten().map(|oid| oid.to_u32()).collect()
     });
     let recorded = Recorded {
         epoch_unix_ms: rows.first().copied().flatten(),
@@ -147,6 +135,22 @@ fn member_function(signature: &str) -> Option<pg_sys::Oid> {
         )
     };
     (owner == ours && ours != pg_sys::InvalidOid).then_some(oid)
+}
+
+/// Calls `function` through the function manager: one of this extension's origin functions,
+/// which take no arguments and return an array that is never NULL (empty without rows).
+///
+/// # Safety
+/// `function` must be such a function, returning an array of `T`.
+unsafe fn call_array<T>(function: pg_sys::Oid) -> Vec<Option<T>>
+where
+    Vec<Option<T>>: FromDatum,
+{
+    // SAFETY: the caller's contract.
+    unsafe {
+        let datum = pg_sys::OidFunctionCall0Coll(function, pg_sys::InvalidOid);
+        Vec::<Option<T>>::from_datum(datum, false).unwrap_or_default()
+    }
 }
 
 /// Runs `_pg_shard_id.record_origin()` through the function manager: it is SECURITY DEFINER and

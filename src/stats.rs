@@ -3,7 +3,7 @@
 //! (`sql/stats.sql`) adds the database's name and the sequence as a regclass.
 
 use crate::{clock, settings, shmem};
-use pg_shard_id_core::slots::sequence_of;
+use pg_shard_id_core::slots::{database_of, sequence_of};
 use pg_shard_id_core::time::unix_ms_to_pg_micros;
 use pgrx::prelude::*;
 
@@ -67,7 +67,7 @@ fn pg_shard_id_stats() -> TableIterator<
         .map(|s| {
             let c = s.counts;
             (
-                pg_sys::Oid::from((s.key >> 32) as u32),
+                pg_sys::Oid::from(database_of(s.key)),
                 pg_sys::Oid::from(sequence_of(s.key)),
                 c.ids as i64,
                 c.exhausted_ms as i64,

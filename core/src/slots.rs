@@ -40,6 +40,11 @@ pub const fn sequence_of(key: SlotKey) -> u32 {
     key as u32
 }
 
+/// The database oid of a key.
+pub const fn database_of(key: SlotKey) -> u32 {
+    (key >> 32) as u32
+}
+
 /// How many slots a key may live in: the one its hash names and the ones after it (wrapping).
 /// Lookups, claims and evictions read at most this many slots, whatever the table's size. 32:
 /// at the default 8192 slots, a window is full (so a claim evicts although other slots are free)
@@ -570,7 +575,7 @@ mod tests {
         );
         assert_eq!(issue_now(t, a, 5, 10), 11);
         assert_eq!(t.last_ms(a), Some(11));
-        assert_eq!(sequence_of(a), 100);
+        assert_eq!((database_of(a), sequence_of(a)), (1, 100));
     }
 
     #[test]
