@@ -1,0 +1,4 @@
+-- pg_shard_id 0.5.0 -> 0.6.0, run by ALTER EXTENSION pg_shard_id UPDATE TO '0.6.0'.
+--
+-- Install the 0.6.0 library and restart PostgreSQL first (the library is preloaded: a running
+-- server keeps the old one), then run ALTER EXTENSION pg_shard_id UPDATE in each database.
