@@ -77,6 +77,9 @@ pub enum Decision {
     /// Nothing was issued: wait until the clock passes this millisecond, then ask again with the
     /// same remainder.
     WaitUntilPast(i64),
+    /// Nothing was issued: the guard is fresh and has not been told the newest id already stored
+    /// for its sequence. Read it, [`GuardState::settle_data_floor`], then ask again.
+    ReadDataFloor,
 }
 
 const BITS_PER_WORD: usize = u64::BITS as usize;
@@ -128,6 +131,12 @@ pub struct GuardState {
     high: u64,
     /// Remainders already issued in `ms`, one bit each.
     used: [u64; WORDS],
+    /// 1 while the guard waits to be told the newest id stored for its sequence (its *data
+    /// floor*), which it must issue above: a fresh guard of a table that asks for data floors.
+    awaiting_data_floor: u64,
+    /// The data floor it was told (ms since the epoch; [`i64::MIN`]: none, or none above the
+    /// other floors), for `shard_id_check()` to say why ids run ahead of the clock.
+    data_floor: i64,
     /// Statistics, see [`Counts`].
     pub counts: Counts,
 }
@@ -147,6 +156,8 @@ impl GuardState {
             recovering: 0,
             high: 0,
             used: [0; WORDS],
+            awaiting_data_floor: 0,
+            data_floor: NEVER,
             counts: Counts {
                 ids: 0,
                 exhausted_ms: 0,
@@ -173,6 +184,43 @@ impl GuardState {
         }
     }
 
+    /// A guard like [`GuardState::with_floor`] that issues nothing until it is told the newest id
+    /// already stored for its sequence ([`GuardState::settle_data_floor`]): until then every
+    /// [`GuardState::issue`] answers [`Decision::ReadDataFloor`]. Ids copied in by logical
+    /// replication, a dump or COPY carry no lease and (but for a `FOR ALL TABLES` publication) no
+    /// origin: the data itself is the only record of them.
+    pub const fn awaiting_data_floor(floor: i64) -> Self {
+        GuardState {
+            awaiting_data_floor: 1,
+            ..Self::with_floor(floor)
+        }
+    }
+
+    /// Whether the guard waits for its data floor.
+    pub fn is_awaiting_data_floor(&self) -> bool {
+        self.awaiting_data_floor != 0
+    }
+
+    /// Tells a guard that waits for its data floor where its ids must start: at `floor` (ms since
+    /// the epoch; one above the newest stored id's millisecond) or later; `None`: nothing is
+    /// stored. A guard that does not wait (another caller settled it first) is left as it is.
+    pub fn settle_data_floor(&mut self, floor: Option<i64>) {
+        if self.awaiting_data_floor == 0 {
+            return;
+        }
+        self.awaiting_data_floor = 0;
+        if let Some(floor) = floor.filter(|&f| f > self.ms) {
+            self.start_ms(floor);
+            self.recovering = 1;
+            self.data_floor = floor;
+        }
+    }
+
+    /// The data floor this guard was told, when it raised the guard above its other floors.
+    pub fn data_floor(&self) -> Option<i64> {
+        (self.data_floor != NEVER).then_some(self.data_floor)
+    }
+
     /// The last millisecond issued (or the floor it starts from), if any.
     pub fn last_ms(&self) -> Option<i64> {
         (self.ms != NEVER).then_some(self.ms)
@@ -191,6 +239,9 @@ impl GuardState {
         overflow: Overflow,
     ) -> Result<Decision, LayoutError> {
         debug_assert!(i64::from(remainder) <= MAX_SEQ);
+        if self.awaiting_data_floor != 0 {
+            return Ok(Decision::ReadDataFloor);
+        }
         check_ms(now)?;
         let clock_stepped_back_by =
             (self.clock != NEVER && now < self.clock).then(|| self.clock - now);
@@ -300,7 +351,68 @@ mod tests {
     fn ms_of(d: Decision) -> Option<i64> {
         match d {
             Decision::Issue { ms, .. } => Some(ms),
-            Decision::WaitUntilPast(_) => None,
+            Decision::WaitUntilPast(_) | Decision::ReadDataFloor => None,
+        }
+    }
+
+    #[test]
+    fn a_guard_awaiting_its_data_floor_issues_nothing_until_told() {
+        const TABLE_FLOOR: i64 = 1_000;
+        for overflow in [Overflow::Wait, Overflow::Borrow] {
+            let mut g = GuardState::awaiting_data_floor(TABLE_FLOOR);
+            assert!(g.is_awaiting_data_floor());
+            for _ in 0..3 {
+                assert_eq!(g.issue(500, 7, overflow).unwrap(), Decision::ReadDataFloor);
+            }
+            // told: the newest stored id is at 4_999, so ids start at 5_000, ahead of the clock
+            g.settle_data_floor(Some(5_000));
+            assert_eq!(g.data_floor(), Some(5_000));
+            assert_eq!(issued(&mut g, 500, 7, overflow), 5_000, "{overflow:?}");
+            assert_eq!(
+                issued(&mut g, 500, 7, overflow),
+                5_001,
+                "recovering: moves on at once, never waits for a clock 4.5 s behind"
+            );
+            // a second caller that read the data too changes nothing
+            g.settle_data_floor(Some(9_000));
+            assert_eq!(issued(&mut g, 500, 8, overflow), 5_001);
+        }
+        // nothing stored, or stored below the table's floor: the table's floor holds
+        for data in [None, Some(10)] {
+            let mut g = GuardState::awaiting_data_floor(TABLE_FLOOR);
+            g.settle_data_floor(data);
+            assert_eq!(g.data_floor(), None);
+            assert_eq!(issued(&mut g, 500, 1, Overflow::Wait), TABLE_FLOOR);
+        }
+        // no table floor at all, data behind the clock: ids at the clock
+        let mut g = GuardState::awaiting_data_floor(NEVER);
+        g.settle_data_floor(Some(400));
+        assert_eq!(issued(&mut g, 500, 1, Overflow::Wait), 500);
+    }
+
+    proptest! {
+        /// Whatever the data floor, the table's floor and the clock: no id below the data floor,
+        /// none below the table's floor.
+        #[test]
+        fn ids_start_at_or_above_every_floor(
+            table_floor in prop_oneof![Just(NEVER), 0i64..100_000],
+            data_floor in proptest::option::of(0i64..100_000),
+            clock in 0i64..100_000,
+            remainders in proptest::collection::vec(0u16..1024, 1..200),
+        ) {
+            let mut g = GuardState::awaiting_data_floor(table_floor);
+            prop_assert_eq!(g.issue(clock, 0, Overflow::Wait).unwrap(), Decision::ReadDataFloor);
+            g.settle_data_floor(data_floor);
+            let floor = table_floor.max(data_floor.unwrap_or(NEVER)).max(clock);
+            for r in remainders {
+                let ms = loop {
+                    match g.issue(clock, r, Overflow::Borrow).unwrap() {
+                        Decision::Issue { ms, .. } => break ms,
+                        other => prop_assert!(false, "{:?}", other),
+                    }
+                };
+                prop_assert!(ms >= floor, "{} below the floor {}", ms, floor);
+            }
         }
     }
 
@@ -536,6 +648,7 @@ mod tests {
                     match g.issue(clock, r, Overflow::Wait).unwrap() {
                         Decision::Issue { ms, .. } => break (ms, r),
                         Decision::WaitUntilPast(_) => clock += 1,
+                        Decision::ReadDataFloor => unreachable!("a new guard waits for no data"),
                     }
                 }
             })
@@ -629,6 +742,7 @@ mod tests {
                             prop_assert!(ms >= clock, "asked to wait for a clock already past {}", ms);
                             clock += 1; // the caller waits for the clock to tick
                         }
+                        Decision::ReadDataFloor => unreachable!("a new guard waits for no data"),
                     }
                 };
                 prop_assert!(ms >= last, "millisecond went back from {} to {}", last, ms);

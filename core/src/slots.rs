@@ -111,6 +111,8 @@ struct Header {
     refused_epoch: AtomicI64,
     /// The floor under fresh guards, in the guards' units (ms since the epoch); `i64::MIN`: none.
     floor: AtomicI64,
+    /// 1 when fresh guards wait for their data floor ([`SlotTable::ask_for_data_floors`]).
+    data_floors: AtomicU64,
     claim_lock: SpinLock,
 }
 
@@ -130,6 +132,8 @@ pub struct SequenceStats {
     pub key: SlotKey,
     /// The last millisecond issued (ms since the epoch), or the floor it starts from.
     pub last_ms: Option<i64>,
+    /// The data floor that raised the guard, if one did (ms since the epoch).
+    pub data_floor: Option<i64>,
     pub counts: Counts,
 }
 
@@ -188,6 +192,7 @@ impl SlotTable {
                 lease: AtomicI64::new(i64::MIN),
                 refused_epoch: AtomicI64::new(i64::MIN),
                 floor: AtomicI64::new(i64::MIN),
+                data_floors: AtomicU64::new(0),
                 claim_lock: SpinLock::new(),
             });
             let slots = mem.add(slots_offset()).cast::<Slot>();
@@ -309,6 +314,48 @@ impl SlotTable {
     /// Raises the floor to at least `ms`.
     pub fn raise_floor(&self, ms: i64) {
         self.header().floor.fetch_max(ms, Ordering::AcqRel);
+    }
+
+    /// From now on, a guard given a slot (a sequence's first id since the server started, or
+    /// since its slot was taken from it) issues nothing until it is told the newest id stored for
+    /// its sequence: it answers [`Decision::ReadDataFloor`] and the caller reads the data and
+    /// calls [`SlotTable::settle_data_floor`]. The extension's tables do; tests choose.
+    pub fn ask_for_data_floors(&self) {
+        self.header().data_floors.store(1, Ordering::Relaxed);
+    }
+
+    /// Tells `key`'s guard, if it still has a slot and waits for its data floor, that its ids
+    /// must start at `floor` (ms since the epoch) or later; `None`: nothing is stored. A guard
+    /// given away meanwhile gets a fresh slot at its next id and asks again.
+    pub fn settle_data_floor(&self, key: SlotKey, floor: Option<i64>) {
+        let Some(index) = self.find(key) else { return };
+        let slot = self.slot(index);
+        let _lock = slot.lock.lock();
+        if slot.key.load(Ordering::Relaxed) == key {
+            // SAFETY: the slot's lock is held.
+            unsafe { (*slot.state.get()).settle_data_floor(floor) };
+        }
+    }
+
+    /// Makes `key`'s guard, if it has a slot, wait for its data floor again before its next id
+    /// (rows were loaded into a live table: `shard_id_resync()`). Returns whether it had a slot.
+    pub fn forget_data_floor(&self, key: SlotKey) -> bool {
+        let Some(index) = self.find(key) else {
+            return false;
+        };
+        let slot = self.slot(index);
+        let _lock = slot.lock.lock();
+        if slot.key.load(Ordering::Relaxed) != key {
+            return false;
+        }
+        // SAFETY: the slot's lock is held.
+        let state = unsafe { &mut *slot.state.get() };
+        let counts = state.counts;
+        // one past the last millisecond issued: its used remainders are forgotten with the rest
+        let floor = state.last_ms().map_or(i64::MIN, |ms| ms.saturating_add(1));
+        *state = GuardState::awaiting_data_floor(floor);
+        state.counts = counts;
+        true
     }
 
     /// Runs the guard of sequence `key` for `remainder`, reading the clock (`clock`, in the
@@ -437,8 +484,14 @@ impl SlotTable {
     /// Gives `slot` to `key` with a fresh guard that starts at the floor. The slot's lock must be
     /// held, and the claim lock (keys change only under it).
     fn hand_over(&self, slot: &Slot, key: SlotKey) {
+        let floor = self.floor();
+        let fresh = if self.header().data_floors.load(Ordering::Relaxed) != 0 {
+            GuardState::awaiting_data_floor(floor)
+        } else {
+            GuardState::with_floor(floor)
+        };
         // SAFETY: the slot's lock is held.
-        unsafe { *slot.state.get() = GuardState::with_floor(self.floor()) };
+        unsafe { *slot.state.get() = fresh };
         slot.key.store(key, Ordering::Release);
     }
 
@@ -457,6 +510,7 @@ impl SlotTable {
                 Some(SequenceStats {
                     key: slot.key.load(Ordering::Relaxed),
                     last_ms: state.last_ms(),
+                    data_floor: state.data_floor(),
                     counts: state.counts,
                 })
             })
@@ -549,11 +603,44 @@ mod tests {
     }
 
     #[test]
+    fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
+        let owned = OwnedSlotTable::new(WINDOW_SLOTS);
+        let t = owned.table();
+        t.ask_for_data_floors();
+        let key = slot_key(1, 100);
+        let (index, d) = t.issue(None, key, 0, Overflow::Wait, || 50);
+        assert_eq!(d.unwrap(), Decision::ReadDataFloor);
+        assert_eq!(t.issue(Some(index), key, 0, Overflow::Wait, || 50).1.unwrap(), Decision::ReadDataFloor);
+        t.settle_data_floor(key, Some(3_000));
+        assert_eq!(issue_now(t, key, 0, 50), 3_000);
+        assert_eq!(t.stats()[0].data_floor, Some(3_000));
+        // rows loaded into the live table later: asked again, and never below what it issued
+        assert!(t.forget_data_floor(key));
+        assert_eq!(t.issue(Some(index), key, 1, Overflow::Wait, || 50).1.unwrap(), Decision::ReadDataFloor);
+        t.settle_data_floor(key, None);
+        assert_eq!(issue_now(t, key, 0, 50), 3_001, "the used remainders of 3_000 are forgotten");
+        // every other key of the window evicts it; coming back, it asks again
+        for seq in 0..WINDOW_SLOTS as u32 {
+            let other = slot_key(2, 1_000 + seq);
+            if t.issue(None, other, 0, Overflow::Wait, || 60).1.unwrap() == Decision::ReadDataFloor {
+                t.settle_data_floor(other, None);
+            }
+        }
+        let (_, d) = t.issue(None, key, 2, Overflow::Wait, || 60);
+        assert_eq!(d.unwrap(), Decision::ReadDataFloor);
+        t.settle_data_floor(key, None);
+        assert!(issue_now(t, key, 2, 60) > 3_000, "the eviction's floor is above what it issued");
+        // a table that does not ask (the core tests' default) issues at once
+        let plain = OwnedSlotTable::new(4);
+        assert_eq!(issue_now(plain.table(), key, 0, 50), 50);
+    }
+
+    #[test]
     fn slot_size_is_what_the_docs_quote() {
-        // pg_shard_id.max_sequences' description reads SLOT_BYTES; the README quotes 232 bytes
+        // pg_shard_id.max_sequences' description reads SLOT_BYTES; the README quotes 248 bytes
         // for the default layout (10-bit sequence field: a 1024-bit set per slot; 48 bytes of
-        // statistics).
-        assert_eq!(SLOT_BYTES, 232);
+        // statistics; the data floor: 16).
+        assert_eq!(SLOT_BYTES, 248);
         assert_eq!(SlotTable::size_of(8192), 8192 * SLOT_BYTES + slots_offset());
     }
 
@@ -775,11 +862,14 @@ mod tests {
     /// pattern: blocks of SEQ_VALUES values, so their remainders coincide all the time) under a
     /// shared clock that sometimes steps back; four "churners" claim fresh keys as fast as they
     /// can in a table of 8 slots, so the victims' slot is evicted again and again. No
-    /// (ms, remainder) pair of the victims' sequence may repeat, and nobody fails.
+    /// (ms, remainder) pair of the victims' sequence may repeat, and nobody fails. Every fresh
+    /// guard waits for its data floor, which the caller settles (nothing stored), as the extension
+    /// does.
     #[test]
     fn concurrent_backends_never_repeat_while_others_churn_the_table() {
         for overflow in [Overflow::Wait, Overflow::Borrow] {
             let owned = Arc::new(OwnedSlotTable::new(8));
+            owned.table().ask_for_data_floors();
             let clock = Arc::new(AtomicI64::new(10_000));
             let sequence = Arc::new(AtomicI64::new(0));
             let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
@@ -795,7 +885,9 @@ mod tests {
                             let k = slot_key(9, 1 + thread * 1_000_000 + n);
                             let (_, d) =
                                 t.issue(None, k, 0, overflow, || clock.load(Ordering::Relaxed));
-                            d.unwrap();
+                            if d.unwrap() == Decision::ReadDataFloor {
+                                t.settle_data_floor(k, None);
+                            }
                         }
                         n
                     })
@@ -829,6 +921,7 @@ mod tests {
                                     Decision::WaitUntilPast(_) => {
                                         clock.fetch_add(1, Ordering::Relaxed);
                                     }
+                                    Decision::ReadDataFloor => t.settle_data_floor(key, None),
                                 }
                             };
                             out.push((ms, r));

@@ -1,11 +1,13 @@
 #!/usr/bin/env bash
 # Cluster-level tests of the uniqueness guard: what needs several sessions, a crash and restart,
 # a server without the library preloaded, or the test clock; and (lifecycle.sh) failover, point-in-
-# time recovery and clocks moved under libfaketime. Each starts its own throwaway cluster
+# time recovery and clocks moved under libfaketime; (logical.sh) logical replication switchovers, CDC
+# and partial dumps. Each starts its own throwaway cluster
 # (scripts/lib.sh). Needs a test build installed (scripts/test.sh does that).
 # Ends with the line "N passed, M failed"; exits non-zero if any failed.
 source "$(dirname "$0")/../../scripts/lib.sh"
 source "$(dirname "$0")/lifecycle.sh"
+source "$(dirname "$0")/logical.sh"
 stop_clusters_at_exit
 
 SECONDS_CONCURRENT="${CONCURRENT_SECONDS:-20}"
@@ -450,7 +452,9 @@ tests=("$@")
     epoch_is_fixed_and_checked_at_start guard_table_churn damaged_lease many_shards adopt_under_load
     node_form_errors health_check copy_within_server
     failover_clock failover_borrow point_in_time_recovery restore_elsewhere boot_before_epoch fast_hour
-    step_during_wait)
+    step_during_wait
+    switchover_all_tables_lead switchover_some_tables_lead switchover_all_tables_behind
+    switchover_some_tables_behind cdc_stream partial_dumps)
 for t in "${tests[@]}"; do "test_$t"; done
 echo
 echo "cluster: $PASSED passed, $FAILED failed"
