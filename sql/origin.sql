@@ -18,6 +18,11 @@ CREATE TABLE _pg_shard_id.origin (
     -- database of this server (pg_restore, CREATE DATABASE ... TEMPLATE) has another oid
     database oid
 );
+-- Every column is its replica identity, so that the DELETE in record_origin() works in a database
+-- with a publication FOR ALL TABLES or FOR TABLES IN SCHEMA _pg_shard_id that publishes deletes
+-- (what CDC tools create), on a publisher and on a subscriber, and a subscriber applies a
+-- publisher's deletes of its rows (a table without a key has no other identity).
+ALTER TABLE _pg_shard_id.origin REPLICA IDENTITY FULL;
 SELECT pg_catalog.pg_extension_config_dump('_pg_shard_id.origin', '');
 GRANT SELECT ON _pg_shard_id.origin TO PUBLIC;
 COMMENT ON TABLE _pg_shard_id.origin IS

@@ -2,3 +2,8 @@
 --
 -- Install the 0.6.0 library and restart PostgreSQL first (the library is preloaded: a running
 -- server keeps the old one), then run ALTER EXTENSION pg_shard_id UPDATE in each database.
+
+-- The origin table's replica identity is every column: recording this server deletes rows of
+-- other servers, which a publication FOR ALL TABLES (or FOR TABLES IN SCHEMA _pg_shard_id) that
+-- publishes deletes refused without one (55000 at the first id of every backend that recorded).
+ALTER TABLE _pg_shard_id.origin REPLICA IDENTITY FULL;

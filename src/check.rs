@@ -2,8 +2,10 @@
 //! recorded epoch and DEFAULTs; on a Citus coordinator, every node's answer) and reports
 //! `pg_shard_id_core::health`'s findings.
 
+use crate::data_floor::{self, CannotTell};
 use crate::{clock, settings, shmem};
-use pg_shard_id_core::health::{self, Finding, Node, NodeState, ShardDefault};
+use pg_shard_id_core::health::{self, Finding, Floor, Node, NodeState, Replicated, ShardDefault};
+use pg_shard_id_core::layout::{MAX_SHARD, SEQ_BITS};
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
 
@@ -21,6 +23,12 @@ use std::sync::atomic::Ordering;
 /// * `epoch`: `pg_shard_id.epoch` against the epoch recorded in `_pg_shard_id.origin`;
 /// * `clock`: the newest id issued since start-up against the clock;
 /// * `shard_numbers`: one shard number in `next_shard_id(seq, N)` DEFAULTs with two sequences;
+/// * `data_floor`: DEFAULT columns that hold rows without an index on the id (a sequence's first
+///   id then starts 10 minutes ahead instead of right above the rows);
+/// * `replication`: tables this database receives through an enabled subscription whose newest
+///   id has a shard number this server's DEFAULTs issue too;
+/// * `publication`: a publication that publishes deletes of `_pg_shard_id.origin` while it has no
+///   replica identity (the SQL before 0.6.0);
 /// * on a Citus coordinator, asking every worker (`run_command_on_workers`): `citus_preload`,
 ///   `citus_epoch`, `citus_node_numbers` (group ids and `pg_shard_id.node` together).
 ///
@@ -39,6 +47,7 @@ fn shard_id_check() -> TableIterator<
     let epoch = settings::epoch_unix_ms();
     let now = clock::now_unix_ms();
     let shared = shmem::shared_table();
+    let defaults = shard_defaults();
     let mut findings = vec![
         health::preload(shmem::is_cluster()),
         health::lease(
@@ -48,13 +57,11 @@ fn shard_id_check() -> TableIterator<
             now,
         ),
         health::epoch(epoch, recorded_epoch()),
-        health::clock(
-            shared
-                .and_then(|t| t.stats().iter().filter_map(|s| s.last_ms).max())
-                .map(|ms| ms + epoch),
-            now,
-        ),
-        health::shard_numbers(&shard_defaults()),
+        newest_against_clock(shared, epoch, now),
+        health::shard_numbers(&defaults),
+        health::data_floor(&unreadable_columns()),
+        health::replication(enabled_subscriptions(), &replicated(), &defaults),
+        health::publication(&publications_refusing_the_origin()),
     ];
     findings.extend(citus_findings());
     TableIterator::new(
@@ -79,14 +86,117 @@ fn recorded_epoch() -> Option<Option<i64>> {
         })
 }
 
+/// The newest id issued since start-up against the clock, with the floor its guard started from
+/// (the data floor of its sequence, or the server's floor), so that a lead a floor explains is
+/// not blamed on the clock.
+fn newest_against_clock(
+    shared: Option<pg_shard_id_core::slots::SlotTable>,
+    epoch: i64,
+    now: i64,
+) -> Finding {
+    let Some(table) = shared else {
+        return health::clock(None, None, now);
+    };
+    let newest = table.stats().into_iter().filter(|s| s.last_ms.is_some()).max_by_key(|s| s.last_ms);
+    let server_floor = [Some(table.floor()), table.elsewhere_floor()]
+        .into_iter()
+        .flatten()
+        .filter(|&f| f != i64::MIN)
+        .max();
+    let floor = newest.as_ref().and_then(|s| match (s.data_floor, server_floor) {
+        (Some(data), server) if Some(data) >= server => Some(Floor::Data(data + epoch)),
+        (_, Some(server)) => Some(Floor::Server(server + epoch)),
+        _ => None,
+    });
+    health::clock(newest.and_then(|s| s.last_ms).map(|ms| ms + epoch), floor, now)
+}
+
+/// The DEFAULT columns that hold rows whose newest id no index can tell.
+fn unreadable_columns() -> Vec<String> {
+    data_floor::columns_of(None)
+        .into_iter()
+        // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
+        .filter(|c| matches!(unsafe { data_floor::newest_in(c) }, Err(CannotTell)))
+        .map(|c| c.name)
+        .collect()
+}
+
+/// How many subscriptions of this database are enabled.
+fn enabled_subscriptions() -> usize {
+    one::<i64>(
+        "SELECT count(*) FROM pg_catalog.pg_subscription s \
+          WHERE s.subenabled AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d \
+                                               WHERE d.datname = pg_catalog.current_database())",
+    )
+    .unwrap_or(0) as usize
+}
+
+/// The tables enabled subscriptions bring rows into that have a `next_shard_id` DEFAULT column,
+/// with the shard of the newest id they hold.
+fn replicated() -> Vec<Replicated> {
+    let subscribed: Vec<(String, pg_sys::Oid)> = Spi::connect(|client| {
+        client
+            .select(
+                "SELECT s.subname::text, r.srrelid FROM pg_catalog.pg_subscription_rel r \
+                   JOIN pg_catalog.pg_subscription s ON s.oid = r.srsubid \
+                  WHERE s.subenabled AND s.subdbid = (SELECT d.oid FROM pg_catalog.pg_database d \
+                                   WHERE d.datname = pg_catalog.current_database())",
+                None,
+                &[],
+            )
+            .unwrap_or_else(|e| error!("pg_shard_id: {e}"))
+            .filter_map(|row| {
+                Some((row.get::<String>(1).ok()??, row.get::<pg_sys::Oid>(2).ok()??))
+            })
+            .collect()
+    });
+    if subscribed.is_empty() {
+        return Vec::new();
+    }
+    data_floor::columns_of(None)
+        .into_iter()
+        .filter_map(|c| {
+            let (subscription, _) = subscribed.iter().find(|(_, rel)| *rel == c.relation)?;
+            // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
+            let newest = unsafe { data_floor::newest_in(&c) }.ok()??;
+            Some(Replicated {
+                subscription: subscription.clone(),
+                table: c.name.clone(),
+                shard: (newest >> SEQ_BITS) & MAX_SHARD,
+            })
+        })
+        .collect()
+}
+
+/// Publications that publish deletes of `_pg_shard_id.origin` while it has no replica identity.
+fn publications_refusing_the_origin() -> Vec<String> {
+    let sql = "SELECT DISTINCT pt.pubname::text FROM pg_catalog.pg_publication_tables pt \
+                 JOIN pg_catalog.pg_publication p ON p.pubname = pt.pubname \
+                WHERE p.pubdelete AND pt.schemaname = '_pg_shard_id' AND pt.tablename = 'origin' \
+                  AND (SELECT c.relreplident FROM pg_catalog.pg_class c \
+                        WHERE c.oid = pg_catalog.to_regclass('_pg_shard_id.origin')) IN ('d', 'n') \
+                  AND NOT EXISTS (SELECT FROM pg_catalog.pg_index i \
+                        WHERE i.indrelid = pg_catalog.to_regclass('_pg_shard_id.origin') \
+                          AND (i.indisprimary OR i.indisreplident))";
+    Spi::connect(|client| {
+        client
+            .select(sql, None, &[])
+            .unwrap_or_else(|e| error!("pg_shard_id: {e}"))
+            .filter_map(|row| row.get::<String>(1).ok().flatten())
+            .collect()
+    })
+}
+
 /// The `next_shard_id(sequence, shard)` DEFAULTs of this database, read from their deparsed text
-/// (`next_shard_id('photos_id_seq'::regclass, 5)`).
+/// (`next_shard_id('photos_id_seq'::regclass, 5)`). (`regexp_match` in FROM gives one row of NULL
+/// for a DEFAULT that does not match: those rows are not DEFAULTs of ours.)
 fn shard_defaults() -> Vec<ShardDefault> {
     let sql = r#"
         SELECT a.adrelid::pg_catalog.regclass::text, m[1], m[2]::bigint
           FROM pg_catalog.pg_attrdef a,
                pg_catalog.regexp_match(pg_catalog.pg_get_expr(a.adbin, a.adrelid),
-                   $re$next_shard_id\('((?:[^']|'')+)'::regclass, (\d{1,9})\)$re$) m"#;
+                   $re$next_shard_id\('((?:[^']|'')+)'::regclass, (\d{1,9})\)$re$) m
+         WHERE m IS NOT NULL"#;
     Spi::connect(|client| {
         let rows = client
             .select(sql, None, &[])

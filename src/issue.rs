@@ -9,14 +9,16 @@
 //!    decision if one was taken. The caller must finish it with [`Slow::finish`] inside pgrx's
 //!    guard (`crate::errors::Boundary` says where that is): it makes the session table if need
 //!    be, checks the database's origin, asks the guard if it was not asked, and
-//!    [`Request::carry_out`]s the decision: raise its error, wait and ask again, warn of a clock
-//!    step, extend the lease.
+//!    [`Request::carry_out`]s the decision: raise its error, wait and ask again, read a fresh
+//!    guard's data floor (`crate::data_floor`) and ask again, warn of a clock step, extend the
+//!    lease.
 
-use crate::{errors, origin, shmem};
+use crate::{data_floor, errors, origin, shmem};
+use pg_shard_id_core::origin::floor_for_other_servers;
 use pg_shard_id_core::guard::{Decision, Overflow};
 use pg_shard_id_core::layout::LayoutError;
 use pg_shard_id_core::slot_cache::SlotCache;
-use pg_shard_id_core::slots::{SlotKey, SlotTable};
+use pg_shard_id_core::slots::{sequence_of, SlotKey, SlotTable};
 use std::sync::atomic::Ordering;
 
 /// The slot of each sequence this backend used recently, so that an id needs no lookup in the
@@ -150,6 +152,19 @@ impl<C: Fn() -> i64> Request<C> {
                         table.count(self.key, |c| c.lease_writes += 1);
                     }
                     return ms;
+                }
+                Decision::ReadDataFloor => {
+                    // a fresh guard: its ids start above the rows already stored
+                    let now = (self.clock)();
+                    let floor = data_floor::floor_for(
+                        pgrx::pg_sys::Oid::from(sequence_of(self.key)),
+                        self.epoch_unix_ms,
+                        now,
+                        floor_for_other_servers(now),
+                        table.elsewhere_floor(),
+                    );
+                    table.settle_data_floor(self.key, floor);
+                    decision = self.ask_guard(table);
                 }
                 Decision::WaitUntilPast(ms) => {
                     let started = std::time::Instant::now();

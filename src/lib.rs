@@ -9,6 +9,7 @@ use pgrx::prelude::*;
 mod adopt;
 mod check;
 mod clock;
+mod data_floor;
 mod decode;
 mod errors;
 mod generate;

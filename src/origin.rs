@@ -108,12 +108,16 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
     CHECKED.store(true, Ordering::Relaxed);
 }
 
+/// Data made elsewhere was taken in: each sequence's first id reads its data floor (the newest
+/// id stored in its DEFAULT columns, `crate::data_floor`); a sequence that no DEFAULT draws from
+/// has no rows to read, so its ids start above anything the other server could have issued.
 fn raise_floor(table: &SlotTable, epoch_unix_ms: i64, floor_unix_ms: i64, made_by: &str) {
-    table.raise_floor(floor_unix_ms.saturating_sub(epoch_unix_ms));
+    table.raise_elsewhere_floor(floor_unix_ms.saturating_sub(epoch_unix_ms));
     log!(
         "pg_shard_id: this database holds ids that another server or database may have made \
-         ({made_by}; restored, upgraded or copied from it); new ids start at {}, above any id \
-         it could have issued",
+         ({made_by}; restored, upgraded or copied from it); each sequence's new ids start above \
+         the newest id stored in its DEFAULT columns, and those of a sequence no DEFAULT draws \
+         from at {}, above any id it could have issued",
         format_unix_ms(floor_unix_ms)
     );
 }

@@ -30,7 +30,7 @@ static PRELOADED: AtomicBool = AtomicBool::new(false);
 
 /// Slots of the per-session table. A session rarely uses many sequences, and eviction keeps any
 /// number of them unique (`pg_shard_id_core::slots`), so it need not be `max_sequences` large
-/// (8192 slots were 1.5 MB in every backend up to 0.4.0; 256 slots of 232 bytes are 58 KB).
+/// (8192 slots were 1.5 MB in every backend up to 0.4.0; 256 slots of 248 bytes are 62 KB).
 pub const SESSION_SLOTS: usize = 256;
 
 /// The per-session table, made on first use when the library was not preloaded. Statics here,
@@ -79,7 +79,11 @@ pub fn table() -> SlotTable {
         error!("pg_shard_id: the shared guard table was not created");
     }
     *SESSION
-        .get_or_init(|| OwnedSlotTable::new(SESSION_SLOTS.min(settings::max_sequences())))
+        .get_or_init(|| {
+            let owned = OwnedSlotTable::new(SESSION_SLOTS.min(settings::max_sequences()));
+            owned.table().ask_for_data_floors();
+            owned
+        })
         .table()
 }
 
@@ -184,7 +188,9 @@ unsafe extern "C-unwind" fn shmem_startup() {
             "shared memory is not aligned"
         );
         if !found {
-            crate::lease::start(&SlotTable::init_in(mem, settings::max_sequences()));
+            let table = SlotTable::init_in(mem, settings::max_sequences());
+            table.ask_for_data_floors();
+            crate::lease::start(&table);
         }
         SHARED_TABLE.store(mem, Ordering::Release);
         pg_sys::LWLockRelease(addin_shmem_init_lock());

@@ -113,6 +113,9 @@ struct Header {
     floor: AtomicI64,
     /// 1 when fresh guards wait for their data floor ([`SlotTable::ask_for_data_floors`]).
     data_floors: AtomicU64,
+    /// The data floor of sequences that no column's DEFAULT draws from, in a database whose ids
+    /// were made by another server or database (ms since the epoch; `i64::MIN`: none).
+    elsewhere_floor: AtomicI64,
     claim_lock: SpinLock,
 }
 
@@ -193,6 +196,7 @@ impl SlotTable {
                 refused_epoch: AtomicI64::new(i64::MIN),
                 floor: AtomicI64::new(i64::MIN),
                 data_floors: AtomicU64::new(0),
+                elsewhere_floor: AtomicI64::new(i64::MIN),
                 claim_lock: SpinLock::new(),
             });
             let slots = mem.add(slots_offset()).cast::<Slot>();
@@ -314,6 +318,18 @@ impl SlotTable {
     /// Raises the floor to at least `ms`.
     pub fn raise_floor(&self, ms: i64) {
         self.header().floor.fetch_max(ms, Ordering::AcqRel);
+    }
+
+    /// Where ids of a sequence that no column's DEFAULT draws from start, when data made
+    /// elsewhere was taken in (its rows cannot tell: ids drawn by explicit calls may be anywhere).
+    pub fn elsewhere_floor(&self) -> Option<i64> {
+        let floor = self.header().elsewhere_floor.load(Ordering::Acquire);
+        (floor != i64::MIN).then_some(floor)
+    }
+
+    /// Raises [`SlotTable::elsewhere_floor`] to at least `ms`.
+    pub fn raise_elsewhere_floor(&self, ms: i64) {
+        self.header().elsewhere_floor.fetch_max(ms, Ordering::AcqRel);
     }
 
     /// From now on, a guard given a slot (a sequence's first id since the server started, or

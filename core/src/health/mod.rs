@@ -6,6 +6,9 @@ use crate::lease::LEASE_STEP_MS;
 use crate::time::format_unix_ms;
 use std::collections::BTreeMap;
 
+mod copies;
+pub use copies::{data_floor, publication, replication, Replicated};
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {
     Ok,
@@ -33,7 +36,7 @@ pub struct Finding {
     pub detail: String,
 }
 
-fn finding(check: &'static str, status: Status, detail: impl Into<String>) -> Finding {
+pub(crate) fn finding(check: &'static str, status: Status, detail: impl Into<String>) -> Finding {
     Finding {
         check,
         status,
@@ -168,9 +171,20 @@ pub fn epoch(configured_unix_ms: i64, recorded: Option<Option<i64>>) -> Finding 
     }
 }
 
+/// What put the newest id where it is, when it is a floor rather than the clock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Floor {
+    /// One past the newest id stored in the sequence's DEFAULT columns (Unix ms): rows made by
+    /// another server, copied in, or a lead.
+    Data(i64),
+    /// The server's floor under fresh guards (Unix ms): the lease after a restart, a reused slot,
+    /// ids made by another server or database.
+    Server(i64),
+}
+
 /// The newest millisecond issued on this server (Unix ms, `None`: none since start-up) against
-/// the clock.
-pub fn clock(newest_unix_ms: Option<i64>, now_unix_ms: i64) -> Finding {
+/// the clock, and the floor its guard started from, if any.
+pub fn clock(newest_unix_ms: Option<i64>, floor: Option<Floor>, now_unix_ms: i64) -> Finding {
     let Some(newest) = newest_unix_ms else {
         return finding(
             "clock",
@@ -180,6 +194,31 @@ pub fn clock(newest_unix_ms: Option<i64>, now_unix_ms: i64) -> Finding {
     };
     let ahead = newest - now_unix_ms;
     if ahead > LEASE_STEP_MS {
+        // ids that continued right above a floor are ahead because of the floor, not the clock
+        let explained = match floor {
+            Some(Floor::Data(f)) if newest - f <= LEASE_STEP_MS => Some(format!(
+                "ids continue above rows already stored (the data floor at {}: rows made by \
+                 another server, copied in by logical replication, a dump or COPY, or a lead)",
+                format_unix_ms(f)
+            )),
+            Some(Floor::Server(f)) if newest - f <= LEASE_STEP_MS => Some(format!(
+                "ids continue above the server's floor at {} (the lease after a restart, a \
+                 reused guard slot, or ids made by another server or database)",
+                format_unix_ms(f)
+            )),
+            _ => None,
+        };
+        if let Some(why) = explained {
+            return finding(
+                "clock",
+                Status::Ok,
+                format!(
+                    "the newest id ({}) is {ahead} ms ahead of the clock: {why}. Ids stay unique; \
+                     their timestamps fall back to the clock as it catches up. Nothing to fix.",
+                    format_unix_ms(newest)
+                ),
+            );
+        }
         let status = if ahead > FAR_AHEAD_MS {
             Status::Failed
         } else {
@@ -468,11 +507,24 @@ mod tests {
 
     #[test]
     fn clock_against_the_newest_id() {
-        assert_eq!(clock(None, NOW).status, Status::Ok);
-        assert_eq!(clock(Some(NOW - 5), NOW).status, Status::Ok);
-        assert_eq!(clock(Some(NOW + 900), NOW).status, Status::Ok);
-        assert_eq!(clock(Some(NOW + 5_000), NOW).status, Status::Warning);
-        assert_eq!(clock(Some(NOW + 3_600_000), NOW).status, Status::Failed);
+        assert_eq!(clock(None, None, NOW).status, Status::Ok);
+        assert_eq!(clock(Some(NOW - 5), None, NOW).status, Status::Ok);
+        assert_eq!(clock(Some(NOW + 900), None, NOW).status, Status::Ok);
+        assert_eq!(clock(Some(NOW + 5_000), None, NOW).status, Status::Warning);
+        assert_eq!(clock(Some(NOW + 3_600_000), None, NOW).status, Status::Failed);
+        // right above a floor: the floor, named, not a clock step
+        let data = clock(Some(NOW + 5_200), Some(Floor::Data(NOW + 5_000)), NOW);
+        assert_eq!(data.status, Status::Ok);
+        assert!(data.detail.contains("above rows already stored"), "{}", data.detail);
+        assert!(!data.detail.contains("stepped back"), "{}", data.detail);
+        let server = clock(Some(NOW + 601_000), Some(Floor::Server(NOW + 601_000)), NOW);
+        assert_eq!(server.status, Status::Ok);
+        assert!(server.detail.contains("the server's floor"), "{}", server.detail);
+        // far above the floor: the guard's own lead again
+        assert_eq!(
+            clock(Some(NOW + 60_000), Some(Floor::Data(NOW + 5_000)), NOW).status,
+            Status::Warning
+        );
     }
 
     fn d(table: &str, sequence: &str, shard: i64) -> ShardDefault {

@@ -1,0 +1,162 @@
+//! Findings about logical copies of the data: columns whose newest id cannot be read (the data
+//! floor), a subscriber issuing the shard numbers of the rows it receives, and the origin table in
+//! a publication without a replica identity.
+
+use super::{finding, Finding, ShardDefault, Status};
+use std::collections::BTreeSet;
+
+/// Columns whose DEFAULT draws from a sequence, that hold rows, and whose newest id no index can
+/// tell (`schema.table.column`).
+pub fn data_floor(unreadable: &[String]) -> Finding {
+    if unreadable.is_empty() {
+        return finding(
+            "data_floor",
+            Status::Ok,
+            "every next_shard_id DEFAULT column that holds rows has an index on it: a sequence's \
+             first id after a restart, a switchover or a copy starts right above the rows stored",
+        );
+    }
+    finding(
+        "data_floor",
+        Status::Warning,
+        format!(
+            "{} hold rows without an index on the id, so a sequence's first id after a restart \
+             cannot see the newest row and starts 10 minutes ahead of the clock instead (unique, \
+             but its timestamps run ahead). Fix: CREATE INDEX on each of these columns.",
+            unreadable.join(", ")
+        ),
+    )
+}
+
+/// A table this database receives rows for through an enabled subscription, with the shard of
+/// the newest id it holds in a `next_shard_id` DEFAULT column.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Replicated {
+    pub subscription: String,
+    pub table: String,
+    pub shard: i64,
+}
+
+/// A subscriber whose own DEFAULTs issue the shard numbers of the rows it receives can issue ids
+/// equal to the publisher's while both write. A blue/green target has exactly this setup, which
+/// is safe once the subscription is disabled and writes moved (the switchover).
+pub fn replication(
+    subscriptions: usize,
+    replicated: &[Replicated],
+    own: &[ShardDefault],
+) -> Finding {
+    if subscriptions == 0 {
+        return finding(
+            "replication",
+            Status::Ok,
+            "no enabled subscription in this database",
+        );
+    }
+    let own_shards: BTreeSet<i64> = own.iter().map(|d| d.shard).collect();
+    let clashes: Vec<String> = replicated
+        .iter()
+        .filter(|r| own_shards.contains(&r.shard))
+        .map(|r| {
+            let issuers: Vec<&str> = own
+                .iter()
+                .filter(|d| d.shard == r.shard)
+                .map(|d| d.table.as_str())
+                .collect();
+            format!(
+                "{} (subscription {}) receives ids of shard {}, which this server's DEFAULTs on {} \
+                 issue too",
+                r.table,
+                r.subscription,
+                r.shard,
+                issuers.join(", ")
+            )
+        })
+        .collect();
+    if clashes.is_empty() {
+        return finding(
+            "replication",
+            Status::Ok,
+            format!(
+                "{subscriptions} enabled subscription(s); no replicated table's newest id has a \
+                 shard number this server's DEFAULTs issue"
+            ),
+        );
+    }
+    finding(
+        "replication",
+        Status::Warning,
+        format!(
+            "{}. While the subscription is enabled and both servers write, ids issued here can \
+             equal the publisher's. Fix: for a switchover, write here only after ALTER \
+             SUBSCRIPTION ... DISABLE (new ids then start above the replicated rows); for two \
+             writing servers, give this one other shard numbers.",
+            clashes.join("; ")
+        ),
+    )
+}
+
+/// Publications that publish deletes of `_pg_shard_id.origin` while it has no replica identity
+/// (the SQL of a version before 0.6.0): recording this server would fail every backend's first id.
+pub fn publication(refusing: &[String]) -> Finding {
+    if refusing.is_empty() {
+        return finding(
+            "publication",
+            Status::Ok,
+            "no publication refuses the extension's writes to _pg_shard_id.origin",
+        );
+    }
+    finding(
+        "publication",
+        Status::Failed,
+        format!(
+            "publication(s) {} publish deletes of _pg_shard_id.origin, which has no replica \
+             identity in this version of the extension's SQL: a backend's first id fails with \
+             55000. Fix: ALTER EXTENSION pg_shard_id UPDATE (0.6.0 gives it REPLICA IDENTITY FULL).",
+            refusing.join(", ")
+        ),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn default(table: &str, shard: i64) -> ShardDefault {
+        ShardDefault {
+            table: table.into(),
+            sequence: "s".into(),
+            shard,
+        }
+    }
+
+    #[test]
+    fn unreadable_columns_are_named_with_the_fix() {
+        assert_eq!(data_floor(&[]).status, Status::Ok);
+        let f = data_floor(&["public.events.id".to_string()]);
+        assert_eq!(f.status, Status::Warning);
+        assert!(f.detail.contains("public.events.id") && f.detail.contains("CREATE INDEX"));
+    }
+
+    #[test]
+    fn a_subscriber_issuing_the_shards_it_receives_is_flagged() {
+        let own = [default("photos", 7), default("users", 9)];
+        let received = |shard| Replicated {
+            subscription: "sub".into(),
+            table: "public.photos".into(),
+            shard,
+        };
+        assert_eq!(replication(0, &[received(7)], &own).status, Status::Ok);
+        assert_eq!(replication(1, &[received(8)], &own).status, Status::Ok);
+        let clash = replication(1, &[received(7)], &own);
+        assert_eq!(clash.status, Status::Warning);
+        assert!(clash.detail.contains("shard 7") && clash.detail.contains("DISABLE"));
+    }
+
+    #[test]
+    fn the_origin_table_published_without_identity_fails() {
+        assert_eq!(publication(&[]).status, Status::Ok);
+        let f = publication(&["cdc".to_string()]);
+        assert_eq!(f.status, Status::Failed);
+        assert!(f.detail.contains("ALTER EXTENSION pg_shard_id UPDATE"));
+    }
+}

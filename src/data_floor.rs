@@ -1,0 +1,316 @@
+//! The data floor: before a fresh guard issues its first id (the sequence's first since the server
+//! started, or since its slot was given to another sequence), it is told the newest id already
+//! stored in every column whose DEFAULT draws from its sequence, and its ids start above it.
+//!
+//! Why: ids can arrive without anything that records them. Logical replication (a blue/green
+//! switchover), a dump of some schemas, `--data-only` loads and `COPY` carry rows, but not the
+//! lease (it is the server's) and not `_pg_shard_id.origin` (but for a `FOR ALL TABLES`
+//! publication or a whole-database dump). Sequences do not replicate before PostgreSQL 19. The
+//! rows are the only record, so the rows are the floor.
+//!
+//! How, at microseconds per column, never a scan of a table:
+//! * [`columns_of`] finds the columns from the catalog: a DEFAULT that depends on the sequence
+//!   (its `regclass` constant) and on one of this extension's `next_shard_id` functions (the same
+//!   dependencies `DROP SEQUENCE` sees), every leaf partition of a partitioned table, and each
+//!   leaf's best index whose first column is that column (btree, valid, not partial);
+//! * [`newest_in`] reads the index's endpoint as the planner does for its estimates
+//!   (`get_actual_variable_endpoint` in selfuncs.c): one descent of the btree from its high end,
+//!   with a snapshot that sees every row not yet removable, even rows being inserted or deleted
+//!   right now. It reads the index as the extension, whatever the caller's privileges and row
+//!   security: only the newest id's millisecond is used, and only to set the floor.
+//! * A leaf that holds no block is empty. A column the data cannot tell about (rows in a table
+//!   with no usable index, a foreign table, a column that is not bigint) gets the floor the
+//!   origin uses for data made elsewhere: 10 min 1 s ahead of the clock, with a LOG line naming it;
+//!   `shard_id_check()` reports it (row `data_floor`) with the `CREATE INDEX` that fixes it.
+//!
+//! Runs on the slow path only (inside pgrx's guard): SPI and catalog access, locks, ERRORs.
+
+use pg_shard_id_core::layout::{MAX_MS, SEQ_BITS, SHARD_BITS};
+use pg_shard_id_core::time::format_unix_ms;
+use pgrx::prelude::*;
+
+/// One column whose DEFAULT draws from the sequence, in one leaf relation.
+pub struct Column {
+    pub relation: pg_sys::Oid,
+    /// `schema.table.column`, for messages.
+    pub name: String,
+    /// A bigint column of a plain table: its index can be read.
+    pub readable: bool,
+    /// The btree index whose first column it is, if any, and whether it sorts descending.
+    pub index: Option<(pg_sys::Oid, bool)>,
+}
+
+/// What the stored rows say about where a sequence's ids must start.
+pub struct Stored {
+    /// The newest id in the columns that could be read (`None`: nothing stored).
+    pub newest_id: Option<i64>,
+    /// Columns holding rows whose newest id cannot be read cheaply (no index, not a plain table,
+    /// not bigint).
+    pub unreadable: Vec<String>,
+    /// Whether any column draws from the sequence at all.
+    pub has_columns: bool,
+}
+
+const COLUMNS_SQL: &str = r#"
+WITH ours AS (
+    SELECT e.objid AS oid
+      FROM pg_catalog.pg_depend e
+      JOIN pg_catalog.pg_extension x ON x.oid = e.refobjid AND x.extname = 'pg_shard_id'
+      JOIN pg_catalog.pg_proc p ON p.oid = e.objid AND p.proname = 'next_shard_id'
+     WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+       AND e.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND e.deptype = 'e'
+), defaults AS (
+    SELECT DISTINCT sd.refobjid AS seq, ad.adrelid AS relid, a.attname
+      FROM pg_catalog.pg_attrdef ad
+      JOIN pg_catalog.pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+      JOIN pg_catalog.pg_depend sd
+        ON sd.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND sd.objid = ad.oid
+       AND sd.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
+      JOIN pg_catalog.pg_class sc ON sc.oid = sd.refobjid AND sc.relkind = 'S'
+     WHERE ($1::pg_catalog.oid IS NULL OR sd.refobjid = $1)
+       AND EXISTS (SELECT FROM pg_catalog.pg_depend d
+                    WHERE d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
+                      AND d.objid = ad.oid
+                      AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
+                      AND d.refobjid IN (SELECT oid FROM ours))
+), leaves AS (
+    SELECT DISTINCT d.seq, t.relid, d.attname
+      FROM defaults d, pg_catalog.pg_partition_tree(d.relid) t
+     WHERE t.isleaf
+)
+SELECT l.relid, l.seq,
+       pg_catalog.format('%s.%I', l.relid::pg_catalog.regclass, a.attname),
+       c.relkind = 'r' AND 'pg_catalog.int8'::pg_catalog.regtype IN (a.atttypid, ty.typbasetype),
+       i.indexrelid,
+       coalesce((i.indoption[0]::pg_catalog.int4 OPERATOR(pg_catalog.&) 1) = 1, false)
+  FROM leaves l
+  JOIN pg_catalog.pg_class c ON c.oid = l.relid
+  JOIN pg_catalog.pg_attribute a ON a.attrelid = l.relid AND a.attname = l.attname
+                                AND NOT a.attisdropped
+  JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+  LEFT JOIN LATERAL (
+      SELECT x.indexrelid, x.indoption
+        FROM pg_catalog.pg_index x
+        JOIN pg_catalog.pg_class ic ON ic.oid = x.indexrelid
+        JOIN pg_catalog.pg_am am ON am.oid = ic.relam
+       WHERE x.indrelid = l.relid AND x.indkey[0] = a.attnum AND x.indisvalid AND x.indisready
+         AND x.indpred IS NULL AND am.amname = 'btree'
+       ORDER BY x.indisunique DESC, x.indexrelid
+       LIMIT 1) i ON true
+ ORDER BY 3"#;
+
+/// The columns (leaf partitions expanded) whose DEFAULT calls `next_shard_id` with `sequence`
+/// (`None`: with any sequence).
+pub fn columns_of(sequence: Option<pg_sys::Oid>) -> Vec<Column> {
+    Spi::connect(|client| {
+        let rows = client
+            .select(COLUMNS_SQL, None, &[sequence.into()])
+            .unwrap_or_else(|e| error!("pg_shard_id: reading the columns of a sequence: {e}"));
+        rows.map(|row| {
+            let index = row.get::<pg_sys::Oid>(5).ok().flatten();
+            let descending = row.get::<bool>(6).ok().flatten().unwrap_or(false);
+            Column {
+                relation: row.get::<pg_sys::Oid>(1).ok().flatten().unwrap_or_default(),
+                name: row.get::<String>(3).ok().flatten().unwrap_or_default(),
+                readable: row.get::<bool>(4).ok().flatten().unwrap_or(false),
+                index: index.map(|oid| (oid, descending)),
+            }
+        })
+        .collect()
+    })
+}
+
+/// What the rows stored for `sequence` say: the newest id of every column that can be read, and
+/// the columns that hold rows but cannot be read cheaply.
+pub fn stored(sequence: pg_sys::Oid) -> Stored {
+    let columns = columns_of(Some(sequence));
+    let mut newest_id = None;
+    let mut unreadable = Vec::new();
+    for column in &columns {
+        // SAFETY: a relation and index oid just read from the catalog, inside a transaction.
+        match unsafe { newest_in(column) } {
+            Ok(newest) => newest_id = newest_id.max(newest),
+            Err(CannotTell) => unreadable.push(column.name.clone()),
+        }
+    }
+    Stored {
+        newest_id,
+        unreadable,
+        has_columns: !columns.is_empty(),
+    }
+}
+
+/// The column holds rows, and its newest id cannot be read through an index.
+pub struct CannotTell;
+
+/// Whether a relation holds no block at all (never written, or truncated).
+///
+/// # Safety
+/// `relation` must be open.
+unsafe fn is_empty(relation: pg_sys::Relation) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe {
+        pg_sys::RelationGetNumberOfBlocksInFork(relation, pg_sys::ForkNumber::MAIN_FORKNUM) == 0
+    }
+}
+
+/// The newest id in `column`: `Ok(None)` when it holds none, `Err(CannotTell)` when rows are
+/// there but no index can say which is the newest.
+///
+/// # Safety
+/// Call inside a transaction, inside pgrx's guard, with oids from the catalog.
+pub unsafe fn newest_in(column: &Column) -> Result<Option<i64>, CannotTell> {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    // SAFETY: the caller's contract; the relation and index stay locked (AccessShareLock, as the
+    // planner takes) until the transaction ends, and every scan resource is released below or,
+    // after an ERROR, by the transaction's abort.
+    unsafe {
+        let heap = pg_sys::table_open(column.relation, lock);
+        let empty = is_empty(heap);
+        let newest = match column.index {
+            _ if empty => Ok(None),
+            Some((index, descending)) if column.readable => {
+                Ok(read_endpoint(heap, index, descending))
+            }
+            _ => Err(CannotTell),
+        };
+        pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+        newest
+    }
+}
+
+/// The highest non-NULL value of the first column of btree `index` on `heap` (a bigint), among the
+/// entries whose row is not yet removable.
+///
+/// # Safety
+/// `heap` is open and locked; `index` is a valid btree index on it whose first column is bigint.
+unsafe fn read_endpoint(heap: pg_sys::Relation, index: pg_sys::Oid, descending: bool) -> Option<i64> {
+    // SAFETY: the caller's contract; this is selfuncs.c's get_actual_variable_endpoint, reading
+    // the heap tuple of each entry (index_getnext_slot) instead of the visibility map.
+    unsafe {
+        let index = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        // SnapshotNonVacuumable (InitNonVacuumableSnapshot is a macro): rows inserted or deleted
+        // by transactions still running, and deleted rows not yet removable, all count.
+        let mut snapshot = pg_sys::SnapshotData {
+            snapshot_type: pg_sys::SnapshotType::SNAPSHOT_NON_VACUUMABLE,
+            vistest: pg_sys::GlobalVisTestFor(heap),
+            ..Default::default()
+        };
+        // "first column IS NOT NULL"
+        let mut key = pg_sys::ScanKeyData::default();
+        pg_sys::ScanKeyEntryInitialize(
+            &mut key,
+            (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNOTNULL) as i32,
+            1,
+            0, // InvalidStrategy
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+            pg_sys::InvalidOid,
+            pg_sys::Datum::from(0),
+        );
+        #[cfg(feature = "pg18")]
+        let scan = pg_sys::index_beginscan(heap, index, &mut snapshot, std::ptr::null_mut(), 1, 0);
+        #[cfg(not(feature = "pg18"))]
+        let scan = pg_sys::index_beginscan(heap, index, &mut snapshot, 1, 0);
+        (*scan).xs_want_itup = true;
+        pg_sys::index_rescan(scan, &mut key, 1, std::ptr::null_mut(), 0);
+        let slot = pg_sys::table_slot_create(heap, std::ptr::null_mut());
+        let direction = if descending {
+            pg_sys::ScanDirection::ForwardScanDirection
+        } else {
+            pg_sys::ScanDirection::BackwardScanDirection
+        };
+        let mut newest = None;
+        if pg_sys::index_getnext_slot(scan, direction, slot) && !(*scan).xs_itup.is_null() {
+            let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
+            let mut nulls = [true; pg_sys::INDEX_MAX_KEYS as usize];
+            pg_sys::index_deform_tuple(
+                (*scan).xs_itup,
+                (*scan).xs_itupdesc,
+                values.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+            );
+            if !nulls[0] {
+                newest = Some(values[0].value() as i64);
+            }
+        }
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_endscan(scan);
+        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+        newest
+    }
+}
+
+/// The millisecond (since the epoch) of an id.
+pub fn ms_of(id: i64) -> i64 {
+    id >> (SHARD_BITS + SEQ_BITS)
+}
+
+/// Where a fresh guard of `sequence` must start (ms since the epoch), from the rows stored for it:
+/// one past the newest id's millisecond; 10 min 1 s ahead of the clock (`jump_ms`) when a column
+/// holds rows its index cannot tell about, or when the sequence has no DEFAULT column and the
+/// database's ids were made elsewhere (`elsewhere_floor`). Logs where ids start when that is
+/// ahead of the clock. Raises 22008 when the newest stored id is at the layout's last millisecond.
+pub fn floor_for(
+    sequence: pg_sys::Oid,
+    epoch_unix_ms: i64,
+    now_ms: i64,
+    jump_ms: i64,
+    elsewhere_floor: Option<i64>,
+) -> Option<i64> {
+    let stored = stored(sequence);
+    let name = relation_name(sequence);
+    let mut floor = stored.newest_id.filter(|&id| id >= 0).map(|id| {
+        let ms = ms_of(id);
+        if ms >= MAX_MS {
+            crate::errors::raise_with_hint(
+                PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+                format!(
+                    "pg_shard_id: a column that draws from sequence \"{name}\" holds the id {id}, \
+                     at the last millisecond the id layout holds"
+                ),
+                "New ids must be above every stored id, and none can be. Delete or change that \
+                 row (it was not made by pg_shard_id at this epoch), or draw from a new sequence \
+                 in a new column.",
+            );
+        }
+        ms + 1
+    });
+    if !stored.unreadable.is_empty() {
+        floor = floor.max(Some(jump_ms));
+        log!(
+            "pg_shard_id: {} holds rows and has no index on the id, so the newest id of sequence \
+             \"{name}\" cannot be read: new ids start at {}, 10 min ahead of the clock (CREATE \
+             INDEX on the column to start them right above the rows)",
+            stored.unreadable.join(", "),
+            format_unix_ms(jump_ms + epoch_unix_ms)
+        );
+    } else if !stored.has_columns {
+        floor = floor.max(elsewhere_floor);
+    }
+    match floor {
+        Some(f) if f > now_ms && stored.unreadable.is_empty() && stored.has_columns => log!(
+            "pg_shard_id: ids of sequence \"{name}\" start at {}, above the rows already stored \
+             ({} ms ahead of the clock; made by another server, a lead, or copied in)",
+            format_unix_ms(f + epoch_unix_ms),
+            f - now_ms
+        ),
+        _ => {}
+    }
+    floor
+}
+
+/// A relation's name for messages (its oid when it is gone).
+pub fn relation_name(relation: pg_sys::Oid) -> String {
+    // SAFETY: a catalog lookup by oid in a backend inside a transaction; NULL when not found.
+    unsafe {
+        let name = pg_sys::get_rel_name(relation);
+        if name.is_null() {
+            format!("oid {}", relation.to_u32())
+        } else {
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    }
+}
