@@ -47,11 +47,12 @@ switchover() {
         q -c "ALTER SEQUENCE s INCREMENT 1024" \
           -c "INSERT INTO photos (n) SELECT g FROM generate_series(20001, 27000) g" \
           -c "ALTER SEQUENCE s INCREMENT 1" \
-          -c "INSERT INTO events (n) SELECT g FROM generate_series(20001, 21000) g"
+          -c "INSERT INTO events (n) SELECT g FROM generate_series(20001, 21000) g" ||
+            echo "  (BLUE failed to draw ids)"
         local lead
-        lead="$(q -c "SELECT (extract(epoch FROM shard_id_extract_timestamp(max(id)) - clock_timestamp()) * 1000)::bigint FROM photos")"
+        lead="$(q -c "SELECT coalesce((extract(epoch FROM shard_id_extract_timestamp(max(id)) - clock_timestamp()) * 1000)::bigint, 0) FROM photos")"
         echo "  BLUE's newest id is $lead ms ahead of its clock"
-        check "$name: BLUE's lead at the switchover is at least 5 s" "$([ "$lead" -ge 5000 ] && echo t)" t
+        check "$name: BLUE's lead at the switchover is at least 5 s" "$([ "$lead" -ge 5000 ] && echo t || echo f)" t
     fi
     local rows; rows="$(q -c "SELECT (SELECT count(*) FROM photos) || '/' || (SELECT count(*) FROM events)")"
     at green
@@ -66,11 +67,11 @@ switchover() {
     # the switchover: BLUE stops writing, GREEN stops applying and takes the writes
     q -c "ALTER SUBSCRIPTION sub DISABLE"
     stop_cluster blue
-    local newest; newest="$(q -c "SELECT greatest((SELECT max(id) FROM photos), (SELECT max(id) FROM events))")"
+    local newest; newest="$(q -c "SELECT coalesce(greatest((SELECT max(id) FROM photos), (SELECT max(id) FROM events)), 0)")"
     local inserted
     inserted="$(q -c "WITH i AS (INSERT INTO photos (n) SELECT g FROM generate_series(1000001, 1100000) g
                                  ON CONFLICT DO NOTHING RETURNING 1) SELECT count(*) FROM i" \
-                  -c "INSERT INTO events (n) SELECT g FROM generate_series(1000001, 1100000) g")"
+                  -c "INSERT INTO events (n) SELECT g FROM generate_series(1000001, 1100000) g" || echo 0)"
     check "$name: 200,000 inserts on GREEN: 0 primary-key violations of 100,000" "$((100000 - inserted))" 0
     check "$name: 0 repeated ids in the table without a unique key" \
         "$(q -c "SELECT count(*) - count(DISTINCT id) FROM events")" 0
@@ -78,7 +79,7 @@ switchover() {
         "$(q -c "SELECT (SELECT min(id) FROM photos WHERE n > 1000000) > $newest
                     AND (SELECT min(id) FROM events WHERE n > 1000000) > $newest")" t
     check "$name: new ids continue right above the data, not 10 minutes ahead (< 3 s above BLUE's newest)" \
-        "$(q -c "SELECT shard_id_extract_timestamp(min(id)) - shard_id_extract_timestamp($newest) < interval '3 s'
+        "$(q -c "SELECT shard_id_extract_timestamp(min(id)) - shard_id_extract_timestamp($newest) BETWEEN interval '0' AND interval '3 s'
                    FROM (SELECT id FROM photos WHERE n > 1000000 UNION ALL SELECT id FROM events WHERE n > 1000000) x")" t
     check "$name: shard_id_check() after the switchover: replication ok" \
         "$(q -c "SELECT status FROM shard_id_check() WHERE \"check\" = 'replication'")" ok
@@ -102,11 +103,11 @@ test_cdc_stream() {
       -c "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 3), n int)" \
       -c "CREATE PUBLICATION cdc FOR ALL TABLES WITH (publish = 'insert, update, delete, truncate')"
     "$PG_BIN/pg_recvlogical" -d postgres --slot cdc --create-slot -P test_decoding
-    "$PG_BIN/pg_recvlogical" -d postgres --slot cdc --start -F 1 -f "$PGHOST/stream.txt" &
+    "$PG_BIN/pg_recvlogical" -d postgres --slot cdc --start --no-loop -F 1 -f "$PGHOST/stream.txt" &
     local consumer=$!
     local i
     for i in $(seq 1 20); do
-        q -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 500) g" 2>&1 | head -1
+        q -c "INSERT INTO t (n) SELECT g FROM generate_series(1, 500) g" 2>&1 | head -1 || true
     done
     check "CDC: 10,000 rows inserted through the DEFAULT" "$(q -c "SELECT count(*) FROM t")" 10000
     local lsn; lsn="$(q -c "SELECT pg_current_wal_lsn()")"
