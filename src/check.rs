@@ -103,10 +103,11 @@ fn newest_against_clock(
         .flatten()
         .filter(|&f| f != i64::MIN)
         .max();
+    // the guard's data floor when the rows raised it, otherwise the server's floors
     let floor = newest.as_ref().and_then(|s| match (s.data_floor, server_floor) {
-        (Some(data), server) if Some(data) >= server => Some(Floor::Data(data + epoch)),
-        (_, Some(server)) => Some(Floor::Server(server + epoch)),
-        _ => None,
+        (Some(data), _) => Some(Floor::Data(data + epoch)),
+        (None, Some(server)) => Some(Floor::Server(server + epoch)),
+        (None, None) => None,
     });
     health::clock(newest.and_then(|s| s.last_ms).map(|ms| ms + epoch), floor, now)
 }

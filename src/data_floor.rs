@@ -74,9 +74,14 @@ WITH ours AS (
                       AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
                       AND d.refobjid IN (SELECT oid FROM ours))
 ), leaves AS (
-    SELECT DISTINCT d.seq, t.relid, d.attname
+    -- a partitioned table's leaves (pg_partition_tree), or the table itself
+    SELECT d.seq, t.relid, d.attname
       FROM defaults d, pg_catalog.pg_partition_tree(d.relid) t
      WHERE t.isleaf
+    UNION
+    SELECT d.seq, d.relid, d.attname
+      FROM defaults d JOIN pg_catalog.pg_class c ON c.oid = d.relid
+     WHERE c.relkind <> 'p'
 )
 SELECT l.relid, l.seq,
        pg_catalog.format('%s.%I', l.relid::pg_catalog.regclass, a.attname),

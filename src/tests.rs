@@ -35,6 +35,32 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_sequences_first_id_starts_above_the_rows_stored_in_its_default_columns() {
+        run("CREATE SEQUENCE floor_pg_test");
+        run("CREATE TABLE floor_pg_test_t (id bigint PRIMARY KEY DEFAULT next_shard_id('floor_pg_test', 3), n int)");
+        run("CREATE TABLE floor_pg_test_desc (id bigint DEFAULT next_shard_id('floor_pg_test', 3), n int)");
+        run("CREATE INDEX ON floor_pg_test_desc (id DESC)");
+        // copied-in rows, the newest in the table with a descending index
+        run("INSERT INTO floor_pg_test_t VALUES (shard_id_compose(now() + interval '20 s', 3, 5), 0)");
+        run("INSERT INTO floor_pg_test_desc VALUES (shard_id_compose(now() + interval '40 s', 3, 6), 0), (NULL, 0)");
+        let newest: i64 = one("SELECT max(id) FROM floor_pg_test_desc");
+        // the first id drawn by an explicit call reads the DEFAULT columns too
+        let first: i64 = one("SELECT next_shard_id('floor_pg_test', 3)");
+        assert!(first > newest, "{first} is not above {newest}");
+        assert!(
+            one::<bool>(&format!(
+                "SELECT shard_id_extract_timestamp({first}) - shard_id_extract_timestamp({newest}) <= interval '1 ms'"
+            )),
+            "right above the newest row"
+        );
+        // a sequence no column's DEFAULT draws from has no data floor: its ids follow the clock
+        run("CREATE SEQUENCE floor_pg_test_free");
+        assert!(one::<bool>(
+            "SELECT shard_id_extract_timestamp(next_shard_id('floor_pg_test_free', 3)) < clock_timestamp() + interval '2 s'"
+        ));
+    }
+
+    #[pg_test]
     fn a_first_id_records_this_server_and_only_the_extension_may() {
         run("CREATE SEQUENCE origin_pg_test");
         let _: i64 = one("SELECT next_shard_id('origin_pg_test', 1)");
