@@ -42,7 +42,26 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:46
+-- src/lib.rs:41
+-- requires:
+--   info::pg_shard_id_info
+
+-- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
+DO $$
+BEGIN
+    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
+        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
+        -- for this statement only, so that the NOTICE reaches the user.
+        PERFORM set_config('client_min_messages', 'notice', true);
+        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
+            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
+    END IF;
+END
+$$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/lib.rs:47
 -- requires:
 --   info::pg_shard_id_info
 
@@ -66,6 +85,11 @@ CREATE TABLE _pg_shard_id.origin (
     -- database of this server (pg_restore, CREATE DATABASE ... TEMPLATE) has another oid
     database oid
 );
+-- Every column is its replica identity, so that the DELETE in record_origin() works in a database
+-- with a publication FOR ALL TABLES or FOR TABLES IN SCHEMA _pg_shard_id that publishes deletes
+-- (what CDC tools create), on a publisher and on a subscriber, and a subscriber applies a
+-- publisher's deletes of its rows (a table without a key has no other identity).
+ALTER TABLE _pg_shard_id.origin REPLICA IDENTITY FULL;
 SELECT pg_catalog.pg_extension_config_dump('_pg_shard_id.origin', '');
 GRANT SELECT ON _pg_shard_id.origin TO PUBLIC;
 COMMENT ON TABLE _pg_shard_id.origin IS
@@ -117,26 +141,7 @@ REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:40
--- requires:
---   info::pg_shard_id_info
-
--- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
-DO $$
-BEGIN
-    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
-        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
-        -- for this statement only, so that the NOTICE reaches the user.
-        PERFORM set_config('client_min_messages', 'notice', true);
-        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
-            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
-    END IF;
-END
-$$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/stats.rs:31
+-- src/stats.rs:37
 -- pg_shard_id::stats::pg_shard_id_stats
 CREATE  FUNCTION "pg_shard_id_stats"() RETURNS TABLE (
 	"database" oid,  /* pg_sys :: Oid */
@@ -156,7 +161,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_stats_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/stats.rs:91
+-- src/stats.rs:99
 -- pg_shard_id::stats::pg_shard_id_stats_reset
 CREATE  FUNCTION "pg_shard_id_stats_reset"() RETURNS void
 STRICT VOLATILE PARALLEL UNSAFE
@@ -165,7 +170,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_stats_reset_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:52
+-- src/lib.rs:53
 -- requires:
 --   stats::pg_shard_id_stats
 --   stats::pg_shard_id_stats_reset
@@ -191,7 +196,7 @@ REVOKE EXECUTE ON FUNCTION pg_shard_id_stats_reset() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/check.rs:30
+-- src/check.rs:38
 -- pg_shard_id::check::shard_id_check
 CREATE  FUNCTION "shard_id_check"() RETURNS TABLE (
 	"check" TEXT,  /* String */
@@ -605,7 +610,7 @@ AS 'MODULE_PATHNAME', 'shard_id_to_shortcode_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:58
+-- src/lib.rs:59
 -- finalize
 -- One COMMENT per SQL function (\df+ and pgAdmin show them). A pg_test checks that none is missing.
 COMMENT ON FUNCTION next_shard_id(regclass, integer) IS

@@ -191,6 +191,9 @@ for old in "${old_versions[@]}"; do
         check "$old: extension members after the update = a fresh install's" differ same
     fi
     check "$old: every function works after the update" "$(q -d "$db" -c "$EVERY_FUNCTION")" 1
+    check "$old: _pg_shard_id.origin's replica identity after the update = a fresh install's (full)" \
+        "$(q -d "$db" -c "SELECT relreplident FROM pg_class WHERE oid = '_pg_shard_id.origin'::regclass")/$(q -d fresh -c "SELECT relreplident FROM pg_class WHERE oid = '_pg_shard_id.origin'::regclass")" \
+        f/f
     q -d "$db" -c "INSERT INTO photos SELECT FROM generate_series(1, 1000)" \
         -c "INSERT INTO events (note) SELECT 'new' FROM generate_series(1, 1000)"
     check "$old: new ids are above every old one" \
