@@ -50,4 +50,6 @@ COMMENT ON FUNCTION pg_shard_id_stats() IS
 COMMENT ON FUNCTION pg_shard_id_stats_reset() IS
     'Sets the statistics in pg_shard_id_stats to zero (superusers and roles granted EXECUTE).';
 COMMENT ON FUNCTION shard_id_check() IS
-    'Checks the setup (preload, lease, epoch, clock, shard numbers, Citus nodes); each row that is not ok says what to fix.';
+    'Checks the setup (preload, lease, epoch, clock, shard numbers, data floor, replication, publications, Citus nodes); each row that is not ok says what to fix.';
+COMMENT ON FUNCTION shard_id_resync(regclass) IS
+    'After loading rows into a live table: the sequence''s next ids start above the newest id stored in its DEFAULT columns; returns that floor.';

@@ -7,3 +7,11 @@
 -- other servers, which a publication FOR ALL TABLES (or FOR TABLES IN SCHEMA _pg_shard_id) that
 -- publishes deletes refused without one (55000 at the first id of every backend that recorded).
 ALTER TABLE _pg_shard_id.origin REPLICA IDENTITY FULL;
+
+CREATE FUNCTION shard_id_resync("seq" regclass) RETURNS timestamptz
+    VOLATILE STRICT PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_resync_wrapper';
+COMMENT ON FUNCTION shard_id_resync(regclass) IS
+    'After loading rows into a live table: the sequence''s next ids start above the newest id stored in its DEFAULT columns; returns that floor.';
+COMMENT ON FUNCTION shard_id_check() IS
+    'Checks the setup (preload, lease, epoch, clock, shard numbers, data floor, replication, publications, Citus nodes); each row that is not ok says what to fix.';

@@ -53,6 +53,20 @@ mod tests {
             )),
             "right above the newest row"
         );
+        // rows loaded later: shard_id_resync reads them again (UPDATE on the sequence, as setval)
+        run("INSERT INTO floor_pg_test_t VALUES (shard_id_compose(now() + interval '2 min', 3, 7), 1)");
+        let loaded: i64 = one("SELECT max(id) FROM floor_pg_test_t");
+        assert!(one::<bool>(
+            "SELECT shard_id_resync('floor_pg_test') IS NOT NULL"
+        ));
+        let after: i64 = one("SELECT next_shard_id('floor_pg_test', 3)");
+        assert!(after > loaded, "{after} is not above the loaded {loaded}");
+        assert_eq!(sqlstate_of("SELECT shard_id_resync('floor_pg_test_t')"), "42809");
+        run("CREATE ROLE floor_pg_test_role");
+        run("GRANT USAGE ON SEQUENCE floor_pg_test TO floor_pg_test_role");
+        run("SET LOCAL ROLE floor_pg_test_role");
+        assert_eq!(sqlstate_of("SELECT shard_id_resync('floor_pg_test')"), "42501");
+        run("RESET ROLE");
         // a sequence no column's DEFAULT draws from has no data floor: its ids follow the clock
         run("CREATE SEQUENCE floor_pg_test_free");
         assert!(one::<bool>(
@@ -217,6 +231,7 @@ mod tests {
             "pg_shard_id_stats():vrs",
             "pg_shard_id_stats_reset():vus",
             "shard_id_check():vus",
+            "shard_id_resync(regclass):vus",
         ];
         for label in expected {
             assert!(labels.contains(label), "{label} missing from {labels}");
@@ -353,7 +368,7 @@ mod tests {
         };
         let checks: String = one("SELECT string_agg(\"check\", ',') FROM shard_id_check()");
         assert_eq!(
-            checks, "preload,lease,epoch,clock,shard_numbers,citus",
+            checks, "preload,lease,epoch,clock,shard_numbers,data_floor,replication,publication,citus",
             "every check reports, in order"
         );
         assert_eq!(status("preload"), "ok");

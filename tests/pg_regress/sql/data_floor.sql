@@ -46,6 +46,15 @@ INSERT INTO df_rls DEFAULT VALUES;
 RESET ROLE;
 SELECT min(id) FILTER (WHERE owner = 'regress_df_writer') > max(id) FILTER (WHERE owner = 'someone_else') AS above_rows_it_cannot_see
 FROM df_rls;
+-- rows loaded into a table whose sequence is already issuing: shard_id_resync() reads them again
+INSERT INTO df_photos VALUES (shard_id_compose(now() + interval '3 hours', 4, 0), -1);
+SELECT shard_id_resync('df_photos'::regclass);
+SELECT shard_id_resync('df_s') - shard_id_extract_timestamp((SELECT id FROM df_photos WHERE n = -1)) AS floor_above_the_loaded_row;
+INSERT INTO df_photos (n) VALUES (5000);
+SELECT (SELECT id FROM df_photos WHERE n = 5000) > (SELECT id FROM df_photos WHERE n = -1) AS above_the_loaded_row;
+SET ROLE regress_df_writer;
+SELECT shard_id_resync('df_rls_s');
+RESET ROLE;
 -- DEFAULTs of other kinds are not counted as next_shard_id DEFAULTs
 SELECT detail ~ ('^' || (SELECT count(*) FROM pg_attrdef
                            WHERE pg_get_expr(adbin, adrelid) ~ 'next_shard_id\(''.*''::regclass, \d+\)')
