@@ -97,19 +97,29 @@ fn newest_against_clock(
     let Some(table) = shared else {
         return health::clock(None, None, now);
     };
-    let newest = table.stats().into_iter().filter(|s| s.last_ms.is_some()).max_by_key(|s| s.last_ms);
+    let newest = table
+        .stats()
+        .into_iter()
+        .filter(|s| s.last_ms.is_some())
+        .max_by_key(|s| s.last_ms);
     let server_floor = [Some(table.floor()), table.elsewhere_floor()]
         .into_iter()
         .flatten()
         .filter(|&f| f != i64::MIN)
         .max();
     // the guard's data floor when the rows raised it, otherwise the server's floors
-    let floor = newest.as_ref().and_then(|s| match (s.data_floor, server_floor) {
-        (Some(data), _) => Some(Floor::Data(data + epoch)),
-        (None, Some(server)) => Some(Floor::Server(server + epoch)),
-        (None, None) => None,
-    });
-    health::clock(newest.and_then(|s| s.last_ms).map(|ms| ms + epoch), floor, now)
+    let floor = newest
+        .as_ref()
+        .and_then(|s| match (s.data_floor, server_floor) {
+            (Some(data), _) => Some(Floor::Data(data + epoch)),
+            (None, Some(server)) => Some(Floor::Server(server + epoch)),
+            (None, None) => None,
+        });
+    health::clock(
+        newest.and_then(|s| s.last_ms).map(|ms| ms + epoch),
+        floor,
+        now,
+    )
 }
 
 /// The DEFAULT columns that hold rows whose newest id no index can tell.
@@ -147,7 +157,10 @@ fn replicated() -> Vec<Replicated> {
             )
             .unwrap_or_else(|e| error!("pg_shard_id: {e}"))
             .filter_map(|row| {
-                Some((row.get::<String>(1).ok()??, row.get::<pg_sys::Oid>(2).ok()??))
+                Some((
+                    row.get::<String>(1).ok()??,
+                    row.get::<pg_sys::Oid>(2).ok()??,
+                ))
             })
             .collect()
     });

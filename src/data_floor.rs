@@ -189,7 +189,11 @@ pub unsafe fn newest_in(column: &Column) -> Result<Option<i64>, CannotTell> {
 ///
 /// # Safety
 /// `heap` is open and locked; `index` is a valid btree index on it whose first column is bigint.
-unsafe fn read_endpoint(heap: pg_sys::Relation, index: pg_sys::Oid, descending: bool) -> Option<i64> {
+unsafe fn read_endpoint(
+    heap: pg_sys::Relation,
+    index: pg_sys::Oid,
+    descending: bool,
+) -> Option<i64> {
     // SAFETY: the caller's contract; this is selfuncs.c's get_actual_variable_endpoint, reading
     // the heap tuple of each entry (index_getnext_slot) instead of the visibility map.
     unsafe {
@@ -351,8 +355,11 @@ fn shard_id_resync(seq: pg_sys::Oid) -> Option<TimestampWithTimeZone> {
     let (relkind, allowed) = unsafe {
         (
             pg_sys::get_rel_relkind(seq),
-            pg_sys::pg_class_aclcheck(seq, pg_sys::GetUserId(), pg_sys::ACL_UPDATE as pg_sys::AclMode)
-                == pg_sys::AclResult::ACLCHECK_OK,
+            pg_sys::pg_class_aclcheck(
+                seq,
+                pg_sys::GetUserId(),
+                pg_sys::ACL_UPDATE as pg_sys::AclMode,
+            ) == pg_sys::AclResult::ACLCHECK_OK,
         )
     };
     let name = relation_name(seq);
@@ -377,7 +384,13 @@ fn shard_id_resync(seq: pg_sys::Oid) -> Option<TimestampWithTimeZone> {
     // the guard forgets what it read (never what it issued), then reads the rows now
     table.forget_data_floor(key);
     let now = crate::clock::now_since_epoch(epoch);
-    let floor = floor_for(seq, epoch, now, floor_for_other_servers(now), table.elsewhere_floor());
+    let floor = floor_for(
+        seq,
+        epoch,
+        now,
+        floor_for_other_servers(now),
+        table.elsewhere_floor(),
+    );
     table.settle_data_floor(key, floor);
     let micros = pg_shard_id_core::time::unix_ms_to_pg_micros(floor? + epoch)?;
     TimestampWithTimeZone::try_from(micros).ok()

@@ -14,9 +14,9 @@
 //!    lease.
 
 use crate::{data_floor, errors, origin, shmem};
-use pg_shard_id_core::origin::floor_for_other_servers;
 use pg_shard_id_core::guard::{Decision, Overflow};
 use pg_shard_id_core::layout::LayoutError;
+use pg_shard_id_core::origin::floor_for_other_servers;
 use pg_shard_id_core::slot_cache::SlotCache;
 use pg_shard_id_core::slots::{sequence_of, SlotKey, SlotTable};
 use std::sync::atomic::Ordering;

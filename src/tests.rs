@@ -61,11 +61,17 @@ mod tests {
         ));
         let after: i64 = one("SELECT next_shard_id('floor_pg_test', 3)");
         assert!(after > loaded, "{after} is not above the loaded {loaded}");
-        assert_eq!(sqlstate_of("SELECT shard_id_resync('floor_pg_test_t')"), "42809");
+        assert_eq!(
+            sqlstate_of("SELECT shard_id_resync('floor_pg_test_t')"),
+            "42809"
+        );
         run("CREATE ROLE floor_pg_test_role");
         run("GRANT USAGE ON SEQUENCE floor_pg_test TO floor_pg_test_role");
         run("SET LOCAL ROLE floor_pg_test_role");
-        assert_eq!(sqlstate_of("SELECT shard_id_resync('floor_pg_test')"), "42501");
+        assert_eq!(
+            sqlstate_of("SELECT shard_id_resync('floor_pg_test')"),
+            "42501"
+        );
         run("RESET ROLE");
         // a sequence no column's DEFAULT draws from has no data floor: its ids follow the clock
         run("CREATE SEQUENCE floor_pg_test_free");
@@ -368,7 +374,8 @@ mod tests {
         };
         let checks: String = one("SELECT string_agg(\"check\", ',') FROM shard_id_check()");
         assert_eq!(
-            checks, "preload,lease,epoch,clock,shard_numbers,data_floor,replication,publication,citus",
+            checks,
+            "preload,lease,epoch,clock,shard_numbers,data_floor,replication,publication,citus",
             "every check reports, in order"
         );
         assert_eq!(status("preload"), "ok");

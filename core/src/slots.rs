@@ -329,7 +329,9 @@ impl SlotTable {
 
     /// Raises [`SlotTable::elsewhere_floor`] to at least `ms`.
     pub fn raise_elsewhere_floor(&self, ms: i64) {
-        self.header().elsewhere_floor.fetch_max(ms, Ordering::AcqRel);
+        self.header()
+            .elsewhere_floor
+            .fetch_max(ms, Ordering::AcqRel);
     }
 
     /// From now on, a guard given a slot (a sequence's first id since the server started, or
@@ -626,26 +628,44 @@ mod tests {
         let key = slot_key(1, 100);
         let (index, d) = t.issue(None, key, 0, Overflow::Wait, || 50);
         assert_eq!(d.unwrap(), Decision::ReadDataFloor);
-        assert_eq!(t.issue(Some(index), key, 0, Overflow::Wait, || 50).1.unwrap(), Decision::ReadDataFloor);
+        assert_eq!(
+            t.issue(Some(index), key, 0, Overflow::Wait, || 50)
+                .1
+                .unwrap(),
+            Decision::ReadDataFloor
+        );
         t.settle_data_floor(key, Some(3_000));
         assert_eq!(issue_now(t, key, 0, 50), 3_000);
         assert_eq!(t.stats()[0].data_floor, Some(3_000));
         // rows loaded into the live table later: asked again, and never below what it issued
         assert!(t.forget_data_floor(key));
-        assert_eq!(t.issue(Some(index), key, 1, Overflow::Wait, || 50).1.unwrap(), Decision::ReadDataFloor);
+        assert_eq!(
+            t.issue(Some(index), key, 1, Overflow::Wait, || 50)
+                .1
+                .unwrap(),
+            Decision::ReadDataFloor
+        );
         t.settle_data_floor(key, None);
-        assert_eq!(issue_now(t, key, 0, 50), 3_001, "the used remainders of 3_000 are forgotten");
+        assert_eq!(
+            issue_now(t, key, 0, 50),
+            3_001,
+            "the used remainders of 3_000 are forgotten"
+        );
         // every other key of the window evicts it; coming back, it asks again
         for seq in 0..WINDOW_SLOTS as u32 {
             let other = slot_key(2, 1_000 + seq);
-            if t.issue(None, other, 0, Overflow::Wait, || 60).1.unwrap() == Decision::ReadDataFloor {
+            if t.issue(None, other, 0, Overflow::Wait, || 60).1.unwrap() == Decision::ReadDataFloor
+            {
                 t.settle_data_floor(other, None);
             }
         }
         let (_, d) = t.issue(None, key, 2, Overflow::Wait, || 60);
         assert_eq!(d.unwrap(), Decision::ReadDataFloor);
         t.settle_data_floor(key, None);
-        assert!(issue_now(t, key, 2, 60) > 3_000, "the eviction's floor is above what it issued");
+        assert!(
+            issue_now(t, key, 2, 60) > 3_000,
+            "the eviction's floor is above what it issued"
+        );
         // a table that does not ask (the core tests' default) issues at once
         let plain = OwnedSlotTable::new(4);
         assert_eq!(issue_now(plain.table(), key, 0, 50), 50);

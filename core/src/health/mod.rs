@@ -511,15 +511,26 @@ mod tests {
         assert_eq!(clock(Some(NOW - 5), None, NOW).status, Status::Ok);
         assert_eq!(clock(Some(NOW + 900), None, NOW).status, Status::Ok);
         assert_eq!(clock(Some(NOW + 5_000), None, NOW).status, Status::Warning);
-        assert_eq!(clock(Some(NOW + 3_600_000), None, NOW).status, Status::Failed);
+        assert_eq!(
+            clock(Some(NOW + 3_600_000), None, NOW).status,
+            Status::Failed
+        );
         // right above a floor: the floor, named, not a clock step
         let data = clock(Some(NOW + 5_200), Some(Floor::Data(NOW + 5_000)), NOW);
         assert_eq!(data.status, Status::Ok);
-        assert!(data.detail.contains("above rows already stored"), "{}", data.detail);
+        assert!(
+            data.detail.contains("above rows already stored"),
+            "{}",
+            data.detail
+        );
         assert!(!data.detail.contains("stepped back"), "{}", data.detail);
         let server = clock(Some(NOW + 601_000), Some(Floor::Server(NOW + 601_000)), NOW);
         assert_eq!(server.status, Status::Ok);
-        assert!(server.detail.contains("the server's floor"), "{}", server.detail);
+        assert!(
+            server.detail.contains("the server's floor"),
+            "{}",
+            server.detail
+        );
         // far above the floor: the guard's own lead again
         assert_eq!(
             clock(Some(NOW + 60_000), Some(Floor::Data(NOW + 5_000)), NOW).status,
