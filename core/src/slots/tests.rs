@@ -1,0 +1,381 @@
+//! The slot table's tests: one key one slot, eviction within a window, floors, data floors,
+//! threads standing in for backends.
+
+use super::*;
+use crate::guard::Counts;
+use crate::layout::{seq_field, SEQ_VALUES};
+use proptest::prelude::*;
+use std::collections::HashSet;
+use std::sync::atomic::AtomicI64;
+use std::sync::Arc;
+
+/// Issues one id for `key` at clock `now` (borrow) and returns its millisecond.
+fn issue_now(t: &SlotTable, key: SlotKey, r: u16, now: i64) -> i64 {
+    match t.issue(None, key, r, Overflow::Borrow, || now).1.unwrap() {
+        Decision::Issue { ms, .. } => ms,
+        wait => panic!("borrow never waits here: {wait:?}"),
+    }
+}
+
+#[test]
+fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
+    let owned = OwnedSlotTable::new(WINDOW_SLOTS);
+    let t = owned.table();
+    t.ask_for_data_floors();
+    let key = slot_key(1, 100);
+    let (index, d) = t.issue(None, key, 0, Overflow::Wait, || 50);
+    assert_eq!(d.unwrap(), Decision::ReadDataFloor);
+    assert_eq!(
+        t.issue(Some(index), key, 0, Overflow::Wait, || 50)
+            .1
+            .unwrap(),
+        Decision::ReadDataFloor
+    );
+    t.settle_data_floor(key, Some(3_000));
+    assert_eq!(issue_now(t, key, 0, 50), 3_000);
+    assert_eq!(t.stats()[0].data_floor, Some(3_000));
+    // rows loaded into the live table later: asked again, and never below what it issued
+    assert!(t.forget_data_floor(key));
+    assert_eq!(
+        t.issue(Some(index), key, 1, Overflow::Wait, || 50)
+            .1
+            .unwrap(),
+        Decision::ReadDataFloor
+    );
+    t.settle_data_floor(key, None);
+    assert_eq!(
+        issue_now(t, key, 0, 50),
+        3_001,
+        "the used remainders of 3_000 are forgotten"
+    );
+    // every other key of the window evicts it; coming back, it asks again
+    for seq in 0..WINDOW_SLOTS as u32 {
+        let other = slot_key(2, 1_000 + seq);
+        if t.issue(None, other, 0, Overflow::Wait, || 60).1.unwrap() == Decision::ReadDataFloor {
+            t.settle_data_floor(other, None);
+        }
+    }
+    let (_, d) = t.issue(None, key, 2, Overflow::Wait, || 60);
+    assert_eq!(d.unwrap(), Decision::ReadDataFloor);
+    t.settle_data_floor(key, None);
+    assert!(
+        issue_now(t, key, 2, 60) > 3_000,
+        "the eviction's floor is above what it issued"
+    );
+    // a table that does not ask (the core tests' default) issues at once
+    let plain = OwnedSlotTable::new(4);
+    assert_eq!(issue_now(plain.table(), key, 0, 50), 50);
+}
+
+#[test]
+fn slot_size_is_what_the_docs_quote() {
+    // pg_shard_id.max_sequences' description reads SLOT_BYTES; the README quotes 248 bytes
+    // for the default layout (10-bit sequence field: a 1024-bit set per slot; 48 bytes of
+    // statistics; the data floor: 16).
+    assert_eq!(SLOT_BYTES, 248);
+    assert_eq!(SlotTable::size_of(8192), 8192 * SLOT_BYTES + slots_offset());
+}
+
+#[test]
+fn one_key_one_slot_and_separate_guards_per_key() {
+    let owned = OwnedSlotTable::new(4);
+    let t = owned.table();
+    let (a, b) = (slot_key(1, 100), slot_key(1, 101));
+    let (ia, _) = t.issue(None, a, 5, Overflow::Borrow, || 10);
+    let (ia2, _) = t.issue(None, a, 6, Overflow::Borrow, || 10);
+    let (ib, _) = t.issue(Some(ia), b, 5, Overflow::Borrow, || 10);
+    assert_eq!(ia, ia2);
+    assert_ne!(ia, ib, "a cached index of another key is not used");
+    assert_eq!(t.in_use(), 2);
+    assert_eq!(
+        issue_now(t, b, 7, 10),
+        10,
+        "another sequence has its own remainders"
+    );
+    assert_eq!(issue_now(t, a, 5, 10), 11);
+    assert_eq!(t.last_ms(a), Some(11));
+    assert_eq!((database_of(a), sequence_of(a)), (1, 100));
+}
+
+#[test]
+fn a_full_table_evicts_the_least_recently_used_and_carries_its_last_ms_into_the_floor() {
+    let owned = OwnedSlotTable::new(2);
+    let t = owned.table();
+    let (a, b, c) = (slot_key(1, 1), slot_key(1, 2), slot_key(1, 3));
+    issue_now(t, a, 0, 1_000);
+    // b borrows far ahead of the clock: its last ms is 5_002
+    for _ in 0..3 {
+        issue_now(t, b, 9, 5_000);
+    }
+    issue_now(t, a, 1, 6_000); // a is now the more recently used
+    assert_eq!(t.floor(), i64::MIN);
+    // c evicts b (least recently used), whose last ms becomes the floor
+    assert_eq!(issue_now(t, c, 0, 6_000), 6_000);
+    assert_eq!(t.evictions(), 1);
+    assert_eq!(t.last_ms(b), None, "b lost its slot");
+    assert_eq!(t.floor(), 5_003);
+    // b comes back with the clock stepped far back: it still issues above all its old ids
+    assert_eq!(issue_now(t, b, 9, 100), 6_001);
+    assert_eq!(t.in_use(), 2, "never more slots than the capacity");
+}
+
+#[test]
+fn a_key_lives_in_its_window_and_a_full_window_evicts_within_it() {
+    let capacity = 1 << 12;
+    let owned = OwnedSlotTable::new(capacity);
+    let t = owned.table();
+    // keys whose windows start at the same slot, until that window is full
+    let home = |k: SlotKey| t.window(k).next().unwrap();
+    let first = slot_key(1, 1);
+    let same: Vec<SlotKey> = (1..)
+        .map(|o| slot_key(1, o))
+        .filter(|&k| home(k) == home(first))
+        .take(WINDOW_SLOTS + 1)
+        .collect();
+    for (n, &k) in same[..WINDOW_SLOTS].iter().enumerate() {
+        issue_now(t, k, 0, 1_000 + n as i64);
+    }
+    assert_eq!(t.in_use(), WINDOW_SLOTS);
+    assert_eq!(t.evictions(), 0);
+    let window: HashSet<usize> = t.window(first).collect();
+    let (index, _) = t.issue(None, same[WINDOW_SLOTS], 0, Overflow::Borrow, || 5_000);
+    assert!(window.contains(&index), "claimed inside its window");
+    assert_eq!(
+        t.evictions(),
+        1,
+        "a full window evicts, though the table has room"
+    );
+    assert_eq!(
+        t.last_ms(first),
+        None,
+        "the least recently used of the window went"
+    );
+    assert_eq!(t.floor(), 1_001);
+    assert_eq!(t.in_use(), WINDOW_SLOTS);
+    // every other key is still found where it was, without a claim
+    for &k in &same[1..] {
+        assert_eq!(t.find(k).map(|i| window.contains(&i)), Some(true));
+    }
+}
+
+proptest! {
+    /// Any mix of sequences, more than the table holds, with a clock that moves on: a key is
+    /// never in two slots, and no sequence ever gets one (ms, remainder) twice.
+    #[test]
+    fn keys_are_unique_and_pairs_never_repeat_under_churn(
+        capacity in 16usize..80,
+        draws in proptest::collection::vec((1u32..300, 0u16..4, 0i64..3), 1..3_000),
+    ) {
+        let owned = OwnedSlotTable::new(capacity);
+        let t = owned.table();
+        let mut now = 1_000;
+        let mut seen = HashSet::new();
+        let mut cached = std::collections::HashMap::new();
+        for (sequence, r, tick) in draws {
+            now += tick;
+            let key = slot_key(7, sequence);
+            let (index, d) = t.issue(cached.get(&key).copied(), key, r, Overflow::Borrow, || now);
+            cached.insert(key, index);
+            let Decision::Issue { ms, .. } = d.unwrap() else { panic!("borrow waited") };
+            prop_assert!(seen.insert((key, ms, r)), "{key} issued ({ms}, {r}) twice");
+            let keys = t.keys();
+            let taken: HashSet<_> = keys.iter().filter(|&&k| k != 0).collect();
+            prop_assert_eq!(taken.len(), keys.iter().filter(|&&k| k != 0).count());
+            prop_assert!(taken.len() <= capacity);
+        }
+    }
+}
+
+#[test]
+fn a_cached_index_of_an_evicted_key_is_not_used_for_it() {
+    let owned = OwnedSlotTable::new(1);
+    let t = owned.table();
+    let (a, b) = (slot_key(1, 1), slot_key(1, 2));
+    let (ia, _) = t.issue(None, a, 3, Overflow::Wait, || 50);
+    let (ib, _) = t.issue(None, b, 3, Overflow::Wait, || 60);
+    assert_eq!(ia, ib, "one slot: b took a's");
+    // a's caller still has the index cached: the slot is b's now, so a is claimed again
+    let (_, d) = t.issue(Some(ia), a, 3, Overflow::Wait, || 70);
+    assert_eq!(
+        d.unwrap(),
+        Decision::Issue {
+            ms: 70,
+            clock: 70,
+            clock_stepped_back_by: None
+        }
+    );
+    assert_eq!(t.floor(), 61);
+    assert_eq!(t.evictions(), 2);
+}
+
+#[test]
+fn statistics_count_per_sequence_and_reset() {
+    let owned = OwnedSlotTable::new(8);
+    let t = owned.table();
+    let (a, b) = (slot_key(1, 1), slot_key(1, 2));
+    // a: remainder 5 three times at clock 100 under wait: 100, then 101 (moved on), then wait
+    let mut decisions = Vec::new();
+    for _ in 0..3 {
+        decisions.push(t.issue(None, a, 5, Overflow::Wait, || 100).1.unwrap());
+    }
+    assert!(matches!(decisions[2], Decision::WaitUntilPast(100)));
+    issue_now(t, b, 1, 200);
+    issue_now(t, b, 2, 150); // the clock stepped back
+    t.count(a, |c| c.wait_ns += 1_500);
+    t.count(b, |c| c.lease_writes += 1);
+    t.count(slot_key(1, 3), |c| c.ids += 1_000); // no slot: nothing counted
+    let mut stats = t.stats();
+    stats.sort_by_key(|s| s.key);
+    let counts: Vec<_> = stats.iter().map(|s| (s.key, s.last_ms, s.counts)).collect();
+    assert_eq!(
+        counts,
+        vec![
+            (
+                a,
+                Some(101),
+                Counts {
+                    ids: 2,
+                    exhausted_ms: 1,
+                    waits: 1,
+                    wait_ns: 1_500,
+                    ..Counts::default()
+                }
+            ),
+            (
+                b,
+                Some(200),
+                Counts {
+                    ids: 2,
+                    clock_steps: 1,
+                    lease_writes: 1,
+                    ..Counts::default()
+                }
+            ),
+        ]
+    );
+    t.reset_stats();
+    assert!(t.stats().iter().all(|s| s.counts == Counts::default()));
+    assert_eq!(
+        t.stats().len(),
+        2,
+        "a reset keeps the sequences and their guards"
+    );
+    assert_eq!(issue_now(t, a, 5, 100), 102, "and the guard's state");
+}
+
+#[test]
+fn a_lease_in_force_never_goes_down_and_a_refusal_stays() {
+    let owned = OwnedSlotTable::new(4);
+    let t = owned.table();
+    t.put_lease_in_force(5_000, Some(3_001), None);
+    t.put_lease_in_force(4_000, Some(2_001), Some(77));
+    t.put_lease_in_force(4_500, None, None);
+    assert_eq!(t.lease().load(Ordering::Relaxed), 5_000);
+    assert_eq!(t.floor(), 3_001);
+    assert_eq!(
+        t.refused_epoch(),
+        Some(77),
+        "a later record without a refusal keeps it"
+    );
+}
+
+#[test]
+fn slots_claimed_below_the_floor_start_at_the_floor() {
+    let owned = OwnedSlotTable::new(4);
+    let t = owned.table();
+    t.raise_floor(7_000);
+    t.raise_floor(6_000);
+    assert_eq!(t.floor(), 7_000, "the floor never goes down");
+    assert_eq!(issue_now(t, slot_key(1, 1), 3, 100), 7_000);
+    assert_eq!(issue_now(t, slot_key(1, 2), 3, 8_000), 8_000);
+}
+
+/// Threads stand in for backends. Four "victims" draw from one shared sequence (a CACHE-like
+/// pattern: blocks of SEQ_VALUES values, so their remainders coincide all the time) under a
+/// shared clock that sometimes steps back; four "churners" claim fresh keys as fast as they
+/// can in a table of 8 slots, so the victims' slot is evicted again and again. No
+/// (ms, remainder) pair of the victims' sequence may repeat, and nobody fails. Every fresh
+/// guard waits for its data floor, which the caller settles (nothing stored), as the extension
+/// does.
+#[test]
+fn concurrent_backends_never_repeat_while_others_churn_the_table() {
+    for overflow in [Overflow::Wait, Overflow::Borrow] {
+        let owned = Arc::new(OwnedSlotTable::new(8));
+        owned.table().ask_for_data_floors();
+        let clock = Arc::new(AtomicI64::new(10_000));
+        let sequence = Arc::new(AtomicI64::new(0));
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let key = slot_key(5, 16_384);
+        let churners: Vec<_> = (0..4u32)
+            .map(|thread| {
+                let (owned, clock, stop) = (owned.clone(), clock.clone(), stop.clone());
+                std::thread::spawn(move || {
+                    let t = owned.table();
+                    let mut n = 0u32;
+                    while !stop.load(Ordering::Relaxed) {
+                        n += 1;
+                        let k = slot_key(9, 1 + thread * 1_000_000 + n);
+                        let (_, d) =
+                            t.issue(None, k, 0, overflow, || clock.load(Ordering::Relaxed));
+                        if d.unwrap() == Decision::ReadDataFloor {
+                            t.settle_data_floor(k, None);
+                        }
+                    }
+                    n
+                })
+            })
+            .collect();
+        let victims: Vec<_> = (0..4)
+            .map(|thread| {
+                let (owned, clock, sequence) = (owned.clone(), clock.clone(), sequence.clone());
+                std::thread::spawn(move || {
+                    let t = owned.table();
+                    let mut out = Vec::with_capacity(20_000);
+                    let mut block = 0;
+                    let mut cached = None;
+                    for i in 0..20_000i64 {
+                        if i % SEQ_VALUES == 0 {
+                            block = sequence.fetch_add(SEQ_VALUES, Ordering::Relaxed);
+                        }
+                        let r = seq_field(block + i % SEQ_VALUES) as u16;
+                        if thread == 0 && i % 5_000 == 2_500 {
+                            clock.fetch_sub(2_000, Ordering::Relaxed); // a step back
+                        } else if i % 64 == 0 {
+                            clock.fetch_add(1, Ordering::Relaxed);
+                        }
+                        let ms = loop {
+                            let (index, d) =
+                                t.issue(cached, key, r, overflow, || clock.load(Ordering::Relaxed));
+                            cached = Some(index);
+                            match d.unwrap() {
+                                Decision::Issue { ms, .. } => break ms,
+                                Decision::WaitUntilPast(_) => {
+                                    clock.fetch_add(1, Ordering::Relaxed);
+                                }
+                                Decision::ReadDataFloor => t.settle_data_floor(key, None),
+                            }
+                        };
+                        out.push((ms, r));
+                    }
+                    out
+                })
+            })
+            .collect();
+        let mut all = HashSet::new();
+        for thread in victims {
+            for pair in thread.join().unwrap() {
+                assert!(all.insert(pair), "{overflow:?}: {pair:?} issued twice");
+            }
+        }
+        stop.store(true, Ordering::Relaxed);
+        let churned: u32 = churners.into_iter().map(|c| c.join().unwrap()).sum();
+        assert_eq!(all.len(), 80_000);
+        let t = owned.table();
+        assert!(
+            churned > 8 && t.evictions() > 8,
+            "{overflow:?}: the table was churned ({churned} keys, {} evictions)",
+            t.evictions()
+        );
+        assert_eq!(t.in_use(), 8);
+    }
+}
