@@ -569,6 +569,15 @@ AS 'MODULE_PATHNAME', 'shard_id_partition_bounds_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/data_floor.rs:346
+-- pg_shard_id::data_floor::shard_id_resync
+
+CREATE FUNCTION shard_id_resync("seq" regclass) RETURNS timestamptz
+    VOLATILE STRICT PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_resync_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/routing.rs:28
 -- pg_shard_id::routing::shard_id_shard_for
 CREATE  FUNCTION "shard_id_shard_for"(
@@ -664,6 +673,8 @@ COMMENT ON FUNCTION pg_shard_id_stats() IS
 COMMENT ON FUNCTION pg_shard_id_stats_reset() IS
     'Sets the statistics in pg_shard_id_stats to zero (superusers and roles granted EXECUTE).';
 COMMENT ON FUNCTION shard_id_check() IS
-    'Checks the setup (preload, lease, epoch, clock, shard numbers, Citus nodes); each row that is not ok says what to fix.';
+    'Checks the setup (preload, lease, epoch, clock, shard numbers, data floor, replication, publications, Citus nodes); each row that is not ok says what to fix.';
+COMMENT ON FUNCTION shard_id_resync(regclass) IS
+    'After loading rows into a live table: the sequence''s next ids start above the newest id stored in its DEFAULT columns; returns that floor.';
 /* </end connected objects> */
 
