@@ -18,6 +18,8 @@
 //!   with a snapshot that sees every row not yet removable, even rows being inserted or deleted
 //!   right now. It reads the index as the extension, whatever the caller's privileges and row
 //!   security: only the newest id's millisecond is used, and only to set the floor.
+//! * Another session's temporary tables are left out: their buffers are that session's, and
+//!   their ids came from this server's guard (a temporary table is never copied in).
 //! * A leaf that holds no block is empty. A column the data cannot tell about (rows in a table
 //!   with no usable index, a foreign table, a column that is not bigint) gets the floor the
 //!   origin uses for data made elsewhere: 10 min 1 s ahead of the clock, with a LOG line naming it;
@@ -90,6 +92,9 @@ SELECT l.relid, l.seq,
        coalesce((i.indoption[0]::pg_catalog.int4 OPERATOR(pg_catalog.&) 1) = 1, false)
   FROM leaves l
   JOIN pg_catalog.pg_class c ON c.oid = l.relid
+   -- another session's temporary table: its buffers are that session's and cannot be read here
+   -- (its ids came from this server's guard, and go with that session)
+   AND (c.relpersistence <> 't' OR c.relnamespace = pg_catalog.pg_my_temp_schema())
   JOIN pg_catalog.pg_attribute a ON a.attrelid = l.relid AND a.attname = l.attname
                                 AND NOT a.attisdropped
   JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid

@@ -179,3 +179,23 @@ test_partial_dumps() {
     stop_cluster src
     stop_cluster dst
 }
+
+test_temp_table_of_another_session() {
+    say "the data floor skips another session's temporary table (its buffers are that session's)"
+    no_fake_clock
+    start_cluster temp yes "fsync = off"
+    q -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s"
+    # a session holds a temporary table whose DEFAULT draws from s, with a row, and stays
+    psql -X -q -c "CREATE TEMP TABLE mine (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1))" \
+         -c "INSERT INTO mine VALUES (shard_id_compose(now(), 1, 0))" -c "SELECT pg_sleep(20)" >/dev/null 2>&1 &
+    local holder=$!
+    wait_for 10 "SELECT count(*) = 1 FROM pg_class WHERE relname = 'mine' AND relpersistence = 't'" || true
+    sleep 0.5
+    check "temp: another session's first id of s works beside that session's temporary table" \
+        "$(q -c "SELECT next_shard_id('s', 1) > 0" 2>&1 | head -1)" t
+    check "temp: shard_id_check() works beside it too" \
+        "$(q -c "SELECT count(*) > 0 FROM shard_id_check()" 2>&1 | head -1)" t
+    kill "$holder" 2>/dev/null || true
+    wait "$holder" 2>/dev/null || true
+    stop_cluster temp
+}
