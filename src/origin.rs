@@ -9,7 +9,7 @@ use pg_shard_id_core::origin::{decide, floor_for_other_servers, Here, Recorded, 
 use pg_shard_id_core::slots::SlotTable;
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::prelude::*;
-use pgrx::{PgSubXactCallbackEvent, PgXactCallbackEvent};
+use pgrx::{PgSubXactCallbackEvent, PgTryBuilder, PgXactCallbackEvent};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set once this backend has checked its database's origin and may issue ids.
@@ -93,8 +93,7 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
                 // cannot be written there: check again at the next id)
                 return;
             }
-            if record {
-                record_this_server();
+            if record && record_without_failing() {
                 // The row is part of this transaction: if it, or a subtransaction around it,
                 // aborts, the next id checks again (the rows will say whether to record).
                 let again = || CHECKED.store(false, Ordering::Relaxed);
@@ -154,6 +153,60 @@ where
     unsafe {
         let datum = pg_sys::OidFunctionCall0Coll(function, pg_sys::InvalidOid);
         Vec::<Option<T>>::from_datum(datum, false).unwrap_or_default()
+    }
+}
+
+/// Records this server in a subtransaction, so that no failure to record fails the id: with the
+/// SQL of a version before 0.6.0, whose `_pg_shard_id.origin` has no replica identity, a
+/// publication that publishes deletes refuses the DELETE of other servers' rows (55000), and that
+/// failed every first id of every backend in a database with a `FOR ALL TABLES` publication. A
+/// failure is a WARNING (once per backend) naming the fix, and the id is issued: the data floor,
+/// not the record, keeps ids above data made elsewhere. Returns whether it recorded.
+fn record_without_failing() -> bool {
+    // SAFETY: PL/pgSQL's protocol for an exception block (pl_exec.c, exec_stmt_block): begin an
+    // internal subtransaction, run, then release it or roll it back, and restore the memory
+    // context and resource owner the caller had. The ERROR, if any, was caught and its state
+    // flushed by PgTryBuilder before the rollback.
+    let outcome = unsafe {
+        let context = pg_sys::CurrentMemoryContext;
+        let owner = pg_sys::CurrentResourceOwner;
+        pg_sys::BeginInternalSubTransaction(std::ptr::null());
+        pg_sys::MemoryContextSwitchTo(context);
+        let outcome = PgTryBuilder::new(|| {
+            record_this_server();
+            Ok(())
+        })
+        .catch_others(|caught| {
+            Err(match caught {
+                pg_sys::panic::CaughtError::PostgresError(report)
+                | pg_sys::panic::CaughtError::ErrorReport(report)
+                | pg_sys::panic::CaughtError::RustPanic {
+                    ereport: report, ..
+                } => report.message().to_string(),
+            })
+        })
+        .execute();
+        if outcome.is_ok() {
+            pg_sys::ReleaseCurrentSubTransaction();
+        } else {
+            pg_sys::RollbackAndReleaseCurrentSubTransaction();
+        }
+        pg_sys::MemoryContextSwitchTo(context);
+        pg_sys::CurrentResourceOwner = owner;
+        outcome
+    };
+    match outcome {
+        Ok(()) => true,
+        Err(message) => {
+            ereport!(
+                PgLogLevel::WARNING,
+                PgSqlErrorCode::ERRCODE_WARNING,
+                format!("pg_shard_id: could not record this server in _pg_shard_id.origin: {message}"),
+                "Ids are issued all the same. Run ALTER EXTENSION pg_shard_id UPDATE (0.6.0 gives \
+                 the table a replica identity); shard_id_check() says what else is wrong."
+            );
+            false
+        }
     }
 }
 

@@ -163,6 +163,9 @@ for old in "${old_versions[@]}"; do
     check "$old: an update path to $EXTENSION_VERSION" "$(q -d "$db" -c "SELECT count(*) FROM pg_extension_update_paths('pg_shard_id')
                                                    WHERE source = '$old' AND target = '$EXTENSION_VERSION' AND path IS NOT NULL")" 1
     q -d "$db" -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id VERSION '$old'"
+    # a publication FOR ALL TABLES, as CDC tools create: it publishes the extension's own table
+    # too, which had no replica identity before 0.6.0 (its DELETE failed every first id, 55000)
+    q -d "$db" -c "SET client_min_messages = error; CREATE PUBLICATION cdc FOR ALL TABLES"
     q -d "$db" -c "$USER_SCHEMA" >/dev/null
     # the state between installing the new library (and restarting) and ALTER EXTENSION UPDATE:
     # the old SQL over the new library
