@@ -199,3 +199,32 @@ test_temp_table_of_another_session() {
     wait "$holder" 2>/dev/null || true
     stop_cluster temp
 }
+
+test_publications_of_every_kind() {
+    say "the origin record under publications of every kind at once (FOR ALL TABLES, FOR TABLES IN SCHEMA, row filter, column list, publish subsets)"
+    no_fake_clock
+    start_cluster pubs yes "wal_level = logical" "fsync = off"
+    q -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s" \
+      -c "CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1), n int, note text)" \
+      -c "CREATE PUBLICATION p_all FOR ALL TABLES" \
+      -c "CREATE PUBLICATION p_all_deletes FOR ALL TABLES WITH (publish = 'delete')" \
+      -c "CREATE PUBLICATION p_schema FOR TABLES IN SCHEMA _pg_shard_id WITH (publish = 'update, delete')" \
+      -c "CREATE PUBLICATION p_filtered FOR TABLE t (id, n) WHERE (n > 0) WITH (publish = 'insert')"
+    check "publications: the first id records this server" \
+        "$(q -c "INSERT INTO t (n) VALUES (1)" -c "SELECT count(*) FROM _pg_shard_id.origin" 2>&1)" 1
+    # rows of another server (as after a restore): the next backend replaces them, a DELETE
+    q -c "INSERT INTO _pg_shard_id.origin (epoch, system_identifier, database) SELECT epoch, 42, database FROM _pg_shard_id.origin"
+    check "publications: taking in another server's rows deletes them, under every publication" \
+        "$(q -c "INSERT INTO t (n) VALUES (2)" -c "SELECT count(*) FILTER (WHERE system_identifier = 42) || '/' || (count(*) > 0) FROM _pg_shard_id.origin" 2>&1)" 0/true
+    check "publications: shard_id_check() row publication" \
+        "$(q -c "SELECT status FROM shard_id_check() WHERE \"check\" = 'publication'")" ok
+    # the SQL before 0.6.0 (no replica identity): recording fails, the id does not
+    q -c "ALTER TABLE _pg_shard_id.origin REPLICA IDENTITY DEFAULT" \
+      -c "INSERT INTO _pg_shard_id.origin (epoch, system_identifier, database) SELECT epoch, 42, database FROM _pg_shard_id.origin"
+    local out; out="$(q -c "INSERT INTO t (n) VALUES (3)" -c "SELECT count(*) FROM t" 2>&1)"
+    check "publications: without a replica identity the id is issued, with a WARNING" \
+        "$(echo "$out" | grep -c 'WARNING:  pg_shard_id: could not record this server')/$(echo "$out" | tail -1)" 1/3
+    check "publications: shard_id_check() fails the publication row, naming the update" \
+        "$(q -c "SELECT status || ' ' || (detail ~ 'ALTER EXTENSION pg_shard_id UPDATE') FROM shard_id_check() WHERE \"check\" = 'publication'")" "failed true"
+    stop_cluster pubs
+}

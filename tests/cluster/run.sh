@@ -457,7 +457,8 @@ tests=("$@")
     failover_clock failover_borrow point_in_time_recovery restore_elsewhere boot_before_epoch fast_hour
     step_during_wait
     switchover_all_tables_lead switchover_some_tables_lead switchover_all_tables_behind
-    switchover_some_tables_behind cdc_stream partial_dumps temp_table_of_another_session)
+    switchover_some_tables_behind cdc_stream partial_dumps temp_table_of_another_session
+    publications_of_every_kind)
 for t in "${tests[@]}"; do "test_$t"; done
 echo
 echo "cluster: $PASSED passed, $FAILED failed"
