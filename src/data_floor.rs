@@ -27,6 +27,7 @@
 //!
 //! Runs on the slow path only (inside pgrx's guard): SPI and catalog access, locks, ERRORs.
 
+use crate::errors::relation_name;
 use pg_shard_id_core::layout::{MAX_MS, SEQ_BITS, SHARD_BITS};
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::prelude::*;
@@ -312,21 +313,6 @@ pub fn floor_for(
         _ => {}
     }
     floor
-}
-
-/// A relation's name for messages (its oid when it is gone).
-pub fn relation_name(relation: pg_sys::Oid) -> String {
-    // SAFETY: a catalog lookup by oid in a backend inside a transaction; NULL when not found.
-    unsafe {
-        let name = pg_sys::get_rel_name(relation);
-        if name.is_null() {
-            format!("oid {}", relation.to_u32())
-        } else {
-            std::ffi::CStr::from_ptr(name)
-                .to_string_lossy()
-                .into_owned()
-        }
-    }
 }
 
 /// Makes sequence `seq`'s guard read the rows stored in its `DEFAULT` columns again, now, after

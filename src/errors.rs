@@ -126,18 +126,7 @@ pub fn epoch_later_than_recorded(recorded_unix_ms: i64, epoch_unix_ms: i64, by: 
 #[cold]
 #[inline(never)]
 pub fn warn_clock_step(key: SlotKey, step_ms: i64, issued_ms: i64) {
-    let sequence = pg_sys::Oid::from(sequence_of(key));
-    // SAFETY: a catalog lookup by oid in a backend inside a transaction; NULL when not found.
-    let name = unsafe {
-        let name = pg_sys::get_rel_name(sequence);
-        if name.is_null() {
-            format!("oid {}", sequence.to_u32())
-        } else {
-            std::ffi::CStr::from_ptr(name)
-                .to_string_lossy()
-                .into_owned()
-        }
-    };
+    let name = relation_name(pg_sys::Oid::from(sequence_of(key)));
     ErrorReport::new(
         PgSqlErrorCode::ERRCODE_WARNING,
         format!("pg_shard_id: the system clock stepped back by {step_ms} ms"),
@@ -148,6 +137,21 @@ pub fn warn_clock_step(key: SlotKey, step_ms: i64, issued_ms: i64) {
          the clock, and stay unique; their timestamps run ahead until the clock catches up."
     ))
     .report(PgLogLevel::WARNING);
+}
+
+/// A relation's name for messages (its oid when it is gone).
+pub fn relation_name(relation: pg_sys::Oid) -> String {
+    // SAFETY: a catalog lookup by oid in a backend inside a transaction; NULL when not found.
+    unsafe {
+        let name = pg_sys::get_rel_name(relation);
+        if name.is_null() {
+            format!("oid {}", relation.to_u32())
+        } else {
+            std::ffi::CStr::from_ptr(name)
+                .to_string_lossy()
+                .into_owned()
+        }
+    }
 }
 
 /// Raises an ERROR with `code`, `message` and `hint`.

@@ -201,7 +201,9 @@ fn record_without_failing() -> bool {
             ereport!(
                 PgLogLevel::WARNING,
                 PgSqlErrorCode::ERRCODE_WARNING,
-                format!("pg_shard_id: could not record this server in _pg_shard_id.origin: {message}"),
+                format!(
+                    "pg_shard_id: could not record this server in _pg_shard_id.origin: {message}"
+                ),
                 "Ids are issued all the same. Run ALTER EXTENSION pg_shard_id UPDATE (0.6.0 gives \
                  the table a replica identity); shard_id_check() says what else is wrong."
             );
