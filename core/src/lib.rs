@@ -1,5 +1,5 @@
 //! The parts of pg_shard_id that do not need PostgreSQL: the 64-bit id layout, time conversion,
-//! the uniqueness guard and its lease, shard routing and shortcodes. The `pg_shard_id` extension
+//! the uniqueness guard and its lease, shard routing, shortcodes and masked ids. The `pg_shard_id` extension
 //! crate is a thin pgrx layer on top.
 //!
 //! Everything here is tested with ordinary `cargo test`, without a database.
@@ -10,6 +10,7 @@ pub mod health;
 pub mod json;
 pub mod layout;
 pub mod lease;
+pub mod mask;
 pub mod origin;
 pub mod routing;
 pub mod shortcode;
