@@ -42,26 +42,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:41
--- requires:
---   info::pg_shard_id_info
-
--- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
-DO $$
-BEGIN
-    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
-        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
-        -- for this statement only, so that the NOTICE reaches the user.
-        PERFORM set_config('client_min_messages', 'notice', true);
-        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
-            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
-    END IF;
-END
-$$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/lib.rs:47
+-- src/lib.rs:48
 -- requires:
 --   info::pg_shard_id_info
 
@@ -141,6 +122,25 @@ REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/lib.rs:42
+-- requires:
+--   info::pg_shard_id_info
+
+-- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
+DO $$
+BEGIN
+    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
+        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
+        -- for this statement only, so that the NOTICE reaches the user.
+        PERFORM set_config('client_min_messages', 'notice', true);
+        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
+            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
+    END IF;
+END
+$$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/stats.rs:37
 -- pg_shard_id::stats::pg_shard_id_stats
 CREATE  FUNCTION "pg_shard_id_stats"() RETURNS TABLE (
@@ -170,7 +170,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_stats_reset_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:53
+-- src/lib.rs:54
 -- requires:
 --   stats::pg_shard_id_stats
 --   stats::pg_shard_id_stats_reset
@@ -553,6 +553,33 @@ AS 'MODULE_PATHNAME', 'shard_id_lower_bound_epoch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/mask.rs:136
+-- pg_shard_id::mask::shard_id_mask
+
+CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text DEFAULT '') RETURNS bigint
+    STABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_mask_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/mask.rs:224
+-- pg_shard_id::mask::shard_id_mask_shortcode
+
+CREATE FUNCTION shard_id_mask_shortcode("id" bigint, "tweak" text DEFAULT '') RETURNS text
+    STABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_mask_shortcode_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/mask.rs:159
+-- pg_shard_id::mask::shard_id_mask_with_key
+
+CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text, "key_id" integer) RETURNS bigint
+    IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_mask_with_key_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/partition.rs:49
 -- pg_shard_id::partition::shard_id_partition_bounds
 CREATE  FUNCTION "shard_id_partition_bounds"(
@@ -569,7 +596,7 @@ AS 'MODULE_PATHNAME', 'shard_id_partition_bounds_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/data_floor.rs:346
+-- src/data_floor.rs:337
 -- pg_shard_id::data_floor::shard_id_resync
 
 CREATE FUNCTION shard_id_resync("seq" regclass) RETURNS timestamptz
@@ -619,7 +646,37 @@ AS 'MODULE_PATHNAME', 'shard_id_to_shortcode_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:59
+-- src/mask.rs:180
+-- pg_shard_id::mask::shard_id_unmask
+
+CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text DEFAULT '') RETURNS bigint
+    STABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_unmask_wrapper';
+REVOKE EXECUTE ON FUNCTION shard_id_unmask(bigint, text) FROM PUBLIC;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/mask.rs:246
+-- pg_shard_id::mask::shard_id_unmask_shortcode
+
+CREATE FUNCTION shard_id_unmask_shortcode("code" text, "tweak" text DEFAULT '') RETURNS bigint
+    IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_unmask_shortcode_wrapper';
+REVOKE EXECUTE ON FUNCTION shard_id_unmask_shortcode(text, text) FROM PUBLIC;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/mask.rs:202
+-- pg_shard_id::mask::shard_id_unmask_with_key
+
+CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text, "key_id" integer) RETURNS bigint
+    IMMUTABLE STRICT PARALLEL SAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_unmask_with_key_wrapper';
+REVOKE EXECUTE ON FUNCTION shard_id_unmask(bigint, text, integer) FROM PUBLIC;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/lib.rs:60
 -- finalize
 -- One COMMENT per SQL function (\df+ and pgAdmin show them). A pg_test checks that none is missing.
 COMMENT ON FUNCTION next_shard_id(regclass, integer) IS
@@ -676,5 +733,17 @@ COMMENT ON FUNCTION shard_id_check() IS
     'Checks the setup (preload, lease, epoch, clock, shard numbers, data floor, replication, publications, Citus nodes); each row that is not ok says what to fix.';
 COMMENT ON FUNCTION shard_id_resync(regclass) IS
     'After loading rows into a live table: the sequence''s next ids start above the newest id stored in its DEFAULT columns; returns that floor.';
+COMMENT ON FUNCTION shard_id_mask(bigint, text) IS
+    'The id masked with the current key of pg_shard_id.keys (FF1-AES-256 over the non-negative bigints) under a tweak: reveals no time, shard or order.';
+COMMENT ON FUNCTION shard_id_mask(bigint, text, integer) IS
+    'The id masked with the named key (IMMUTABLE: a key id''s key never changes), for generated columns and indexes.';
+COMMENT ON FUNCTION shard_id_unmask(bigint, text) IS
+    'The id of a value masked with the current key (EXECUTE revoked from PUBLIC).';
+COMMENT ON FUNCTION shard_id_unmask(bigint, text, integer) IS
+    'The id of a value masked with the named key (EXECUTE revoked from PUBLIC).';
+COMMENT ON FUNCTION shard_id_mask_shortcode(bigint, text) IS
+    'A URL-safe masked id: the current key''s id as one character, then the masked value''s shortcode (12 characters).';
+COMMENT ON FUNCTION shard_id_unmask_shortcode(text, text) IS
+    'The id of a masked shortcode, with the key it names (EXECUTE revoked from PUBLIC).';
 /* </end connected objects> */
 

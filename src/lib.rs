@@ -17,6 +17,7 @@ mod info;
 mod issue;
 mod json;
 mod lease;
+mod mask;
 mod node;
 mod origin;
 mod partition;

@@ -34,6 +34,62 @@ mod tests {
             .expect("NULL")
     }
 
+    /// Masked ids: each error's SQLSTATE, in one backend (the keys are read once per backend; a
+    /// failed read is not kept). The key file is written by the server's OS user through COPY TO
+    /// PROGRAM, owner-only (tests/pg_regress/sql/mask.sql has the rest: rotation, a generated
+    /// column looked up through its index, roles, invalid files).
+    #[pg_test]
+    fn masking_errors_have_their_sqlstates() {
+        run("COPY (SELECT 1) TO PROGRAM 'rm -f pg_shard_id.keys'");
+        assert_eq!(
+            sqlstate_of("SELECT shard_id_mask(1)"),
+            "55000",
+            "no key file"
+        );
+        run(
+            "COPY (SELECT 'key 1 ' || repeat('ab', 32) UNION ALL SELECT 'current 1') \
+             TO PROGRAM 'umask 077 && cat > pg_shard_id.keys'",
+        );
+        let masked: i64 = one("SELECT shard_id_mask(11637205501278089, 'photos')");
+        assert_ne!(masked, 11637205501278089);
+        assert!(masked >= 0);
+        assert_eq!(
+            one::<i64>(&format!("SELECT shard_id_unmask({masked}, 'photos')")),
+            11637205501278089
+        );
+        assert_eq!(
+            one::<i64>(&format!("SELECT shard_id_unmask({masked}, 'photos', 1)")),
+            11637205501278089
+        );
+        assert_ne!(
+            one::<i64>("SELECT shard_id_mask(11637205501278089, 'users')"),
+            masked
+        );
+        assert_eq!(sqlstate_of("SELECT shard_id_mask(-5)"), "22003");
+        assert_eq!(sqlstate_of("SELECT shard_id_unmask(5, '', 2)"), "22023");
+        assert_eq!(sqlstate_of("SELECT shard_id_unmask(5, '', -1)"), "22023");
+        assert_eq!(
+            sqlstate_of("SELECT shard_id_unmask_shortcode('nope', '')"),
+            "22P02"
+        );
+        assert_eq!(
+            sqlstate_of("SELECT shard_id_unmask_shortcode('CAAAAAAAAAAA', '')"),
+            "22023"
+        );
+        run("CREATE ROLE mask_pg_test_role");
+        run("SET LOCAL ROLE mask_pg_test_role");
+        assert_eq!(sqlstate_of("SELECT shard_id_mask(5, 't')"), "");
+        for denied in [
+            "SELECT shard_id_unmask(5, 't')",
+            "SELECT shard_id_unmask(5, 't', 1)",
+            "SELECT shard_id_unmask_shortcode('BAAAAAAAAAAA', 't')",
+        ] {
+            assert_eq!(sqlstate_of(denied), "42501", "{denied}");
+        }
+        run("RESET ROLE");
+        run("COPY (SELECT 1) TO PROGRAM 'rm -f pg_shard_id.keys'");
+    }
+
     #[pg_test]
     fn a_sequences_first_id_starts_above_the_rows_stored_in_its_default_columns() {
         run("CREATE SEQUENCE floor_pg_test");
@@ -238,6 +294,12 @@ mod tests {
             "pg_shard_id_stats_reset():vus",
             "shard_id_check():vus",
             "shard_id_resync(regclass):vus",
+            "shard_id_mask(bigint,text):sss",
+            "shard_id_mask(bigint,text,integer):iss",
+            "shard_id_unmask(bigint,text):sss",
+            "shard_id_unmask(bigint,text,integer):iss",
+            "shard_id_mask_shortcode(bigint,text):sss",
+            "shard_id_unmask_shortcode(text,text):iss",
         ];
         for label in expected {
             assert!(labels.contains(label), "{label} missing from {labels}");

@@ -17,14 +17,22 @@ fn rate(name: &str, n: i64, mut f: impl FnMut(i64) -> i64) {
         black_box(acc);
         best = best.min(start.elapsed().as_secs_f64());
     }
-    println!("{name:<28} {:>12.0} per second per core ({:.0} ns each, best of 5 runs of {n})", n as f64 / best, best * 1e9 / n as f64);
+    println!(
+        "{name:<28} {:>12.0} per second per core ({:.0} ns each, best of 5 runs of {n})",
+        n as f64 / best,
+        best * 1e9 / n as f64
+    );
 }
 
 fn main() {
     let key = Key::new(1, &[0x5a; 32]);
     let n = 200_000;
-    rate("shortcode (encode)", n, |id| shortcode::encode(id).len() as i64);
+    rate("shortcode (encode)", n, |id| {
+        shortcode::encode(id).len() as i64
+    });
     rate("mask", n, |id| key.mask(id, b"photos").unwrap());
     rate("unmask", n, |id| key.unmask(id, b"photos").unwrap());
-    rate("mask_shortcode", n, |id| key.mask_shortcode(id, b"photos").unwrap().len() as i64);
+    rate("mask_shortcode", n, |id| {
+        key.mask_shortcode(id, b"photos").unwrap().len() as i64
+    });
 }
