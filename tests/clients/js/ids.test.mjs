@@ -172,3 +172,28 @@ test('shortcodes: the client encodes and decodes exactly as the server does', as
   const back = await db.query('SELECT shard_id_from_shortcode($1) AS id', [toShortcode(rows[0].id)]);
   assert.equal(back.rows[0].id, rows[0].id);
 });
+
+test('masked shortcodes: through JSON and back as a query parameter, each finds its row', async () => {
+  // tests/clients/run.sh writes the server's key file (pg_shard_id.keys) before the suites run
+  const { rows } = await db.query(
+    `SELECT json_agg(json_build_object('url', 'https://example.com/p/' || shard_id_mask_shortcode(id, 'photos'),
+                                       'note', note)) AS doc
+       FROM (SELECT id, note FROM js_photos ORDER BY id LIMIT 500) p`,
+  );
+  const doc = JSON.parse(JSON.stringify(rows[0].doc)); // the page a browser gets
+  assert.equal(doc.length, 500);
+  const codes = doc.map((d) => d.url.split('/').pop());
+  for (const code of codes) assert.match(code, /^[B-Za-z0-9_-][A-Za-z0-9_-]{11}$/);
+  assert.equal(new Set(codes).size, 500, 'every row its own code');
+  // nothing of the id shows: the plain shortcode's leading characters (its time) are not there
+  const plain = await db.query(`SELECT shard_id_to_shortcode(id) AS code FROM js_photos ORDER BY id LIMIT 500`);
+  const sharedPrefix = codes.filter((c, i) => c.slice(1, 4) === plain.rows[i].code.slice(0, 3)).length;
+  assert.ok(sharedPrefix < 5, `${sharedPrefix} masked codes start like their ids`);
+  for (const d of doc.slice(0, 100)) {
+    const found = await db.query(
+      `SELECT note FROM js_photos WHERE id = shard_id_unmask_shortcode($1, 'photos')`,
+      [d.url.split('/').pop()],
+    );
+    assert.deepEqual(found.rows, [{ note: d.note }]);
+  }
+});
