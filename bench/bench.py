@@ -275,5 +275,23 @@ for d in decode:
     d["ratio_to_inline"] = d["rate"] / decode[1]["rate"]
 results["decode"] = decode
 
+# 5. Masked ids, one session (one core): masking and unmasking against the plain shortcode, over
+# the same ids (scripts/bench.sh writes the cluster's key file, pg_shard_id.keys)
+MASKERS = [
+    ("shard_id_to_shortcode(id)", "shard_id_to_shortcode(g)"),
+    ("shard_id_mask(id, tweak)", "shard_id_mask(g, 'photos')"),
+    ("shard_id_unmask(masked, tweak)", "shard_id_unmask(g, 'photos')"),
+    ("shard_id_mask_shortcode(id, tweak)", "shard_id_mask_shortcode(g, 'photos')"),
+]
+mask = []
+for name, expr in MASKERS:
+    seconds = median_of(lambda: timed(
+        f"SELECT count({expr}) FROM generate_series({first}::bigint, {first + N_DECODE - 1}::bigint) g"))
+    mask.append({"name": name, "seconds": seconds, "rate": N_DECODE / seconds})
+    print(f"  {name:36} {N_DECODE / seconds / 1e6:6.2f} M/s", flush=True)
+for m in mask:
+    m["ratio_to_shortcode"] = m["rate"] / mask[0]["rate"]
+results["mask"] = mask
+
 with open(OUT, "w") as f:
     json.dump(results, f, indent=2)

@@ -124,6 +124,14 @@ section(f"4. Decode, {first['n_decode']:,} ids",
         "decoder",
         Columns(["ids/s", "× inline SQL"], lambda d: [f"{d['rate']:,.0f}", f"{d['ratio_to_inline']:.2f}"]),
         lambda r: r["decode"])
+if all(isinstance(r.get("mask"), list) for r in runs):
+    section(f"5. Masked ids, {first['n_decode']:,} ids, one session (one core)",
+            ["`SELECT count(<function>) FROM generate_series(...)`: FF1-AES-256 with the key expanded once",
+             "per backend, against the plain shortcode."],
+            "function",
+            Columns(["per second", "× shard_id_to_shortcode"],
+                    lambda m: [f"{m['rate']:,.0f}", f"{m['ratio_to_shortcode']:.2f}"]),
+            lambda r: r["mask"])
 
 
 def inline_duplicates_note():

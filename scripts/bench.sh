@@ -27,6 +27,8 @@ for version in ${PG_VERSIONS:-15 16 17 18}; do
     # wal_keep_size: keeps the WAL of a whole section, where bench.py counts the lease records
     start_cluster bench yes "synchronous_commit = off" "jit = off" "wal_keep_size = '16GB'"
     createdb bench
+    # a mask key for section 5 (masked ids), owner-only in the data directory
+    as_pg sh -c "umask 077 && printf 'key 1 %s\\ncurrent 1\\n' '$(printf '5a%.0s' $(seq 32))' > '$PGHOST/data/pg_shard_id.keys'"
     psql -X -q -d bench -v ON_ERROR_STOP=1 -c "SET client_min_messages = warning; CREATE EXTENSION pg_shard_id" \
         -f bench/generators.sql
     say "benchmarking PostgreSQL $PG_MAJOR, ${smoke:-full size}"
