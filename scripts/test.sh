@@ -23,7 +23,9 @@
 #      (15) the monitoring test (tests/monitoring): Debian's prometheus-postgres-exporter with
 #      monitoring/queries.yaml and Prometheus scraping it; a burst over 1024 ids/ms read back
 #      through Prometheus's HTTP API; the alert rules (promtool)
-#   9. the benchmark at smoke size (scripts/bench.sh --smoke)
+#   9. the benchmark at smoke size (scripts/bench.sh --smoke); on the oldest version the per-id cost
+#      gate (bench/cost_gate.sh: callgrind's instructions per id above nextval(), at most 5 % above
+#      bench/cost-baseline; about 10 s)
 #  10. the package test (tests/package): build the .deb (15) or tarball (16, 17, 18), install it
 #      under a running server that has the previous release (0.4.0) preloaded and update that
 #      server, then install it as a user would, use it, remove it (for every version, after the
@@ -126,6 +128,10 @@ for version in $PG_VERSIONS; do
         stage "PostgreSQL $PG_MAJOR: monitoring: prometheus-postgres-exporter and Prometheus end to end" bash tests/monitoring/run.sh
     fi
     stage "PostgreSQL $PG_MAJOR: benchmark smoke run (installs the release build again)" bench_smoke
+    if [ "$PG_MAJOR" = "$oldest" ]; then # the baseline in bench/cost-baseline was counted on 15
+        stage "PostgreSQL $PG_MAJOR: per-id cost gate (callgrind, at most 5 % above bench/cost-baseline)" \
+            bash bench/cost_gate.sh
+    fi
 done
 # The package tests come last: each leaves the release build installed, and the pg_upgrade stage
 # (in 18's turn) needs 17's test build.

@@ -1,4 +1,6 @@
-//! How errors and warnings reach the user: one message, one SQLSTATE, one hint each.
+//! How errors and warnings reach the user: one message, one SQLSTATE, one hint each. This module
+//! depends on nothing of this crate (the other modules depend on it): only on the core crate and
+//! pgrx.
 
 use pg_shard_id_core::layout::{LayoutError, MAX_MS, MAX_SEQ, MAX_SHARD, SEQ_BITS, SHARD_BITS};
 use pg_shard_id_core::slots::{sequence_of, SlotKey};
@@ -57,7 +59,7 @@ pub fn raise_layout_error(error: LayoutError, floor: i64, epoch_unix_ms: i64) ->
             format!(
                 "pg_shard_id: the lease file \"{}\" records ids up to {}, past the last \
                  millisecond the id layout holds ({})",
-                crate::lease::LEASE_FILE,
+                pg_shard_id_core::lease::LEASE_FILE,
                 format_unix_ms(floor.saturating_add(epoch_unix_ms)),
                 format_unix_ms(epoch_unix_ms + MAX_MS)
             ),

@@ -20,15 +20,12 @@
 //! and backups").
 
 use crate::settings;
-use pg_shard_id_core::lease::{self, Level, Record};
+use pg_shard_id_core::lease::{self, Level, Record, LEASE_FILE};
 use pg_shard_id_core::slots::SlotTable;
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::prelude::*;
 use std::ffi::CString;
 use std::path::Path;
-
-/// The lease file, relative to the data directory (every server process runs there).
-pub const LEASE_FILE: &str = "pg_shard_id.lease";
 
 /// This extension's custom WAL resource manager id.
 ///

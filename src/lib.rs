@@ -36,7 +36,10 @@ mod tests;
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     settings::register();
-    shmem::init();
+    // the lease is the layer above the table: shmem calls back into it, never imports it
+    if shmem::init(lease::start) {
+        lease::register_wal();
+    }
 }
 
 extension_sql_file!(

@@ -106,14 +106,20 @@ pub fn usage() -> Usage {
     }
 }
 
-/// Sets up the shared table when loaded from `shared_preload_libraries`. Called from `_PG_init`.
-pub fn init() {
+/// What runs when the postmaster creates the table (the lease's start-up: `crate::lease::start`),
+/// given by `_PG_init`, so that this module does not depend on the lease's.
+static ON_CREATE: OnceLock<fn(&SlotTable)> = OnceLock::new();
+
+/// Sets up the shared table when loaded from `shared_preload_libraries`, and returns whether it
+/// was (guard mode `cluster`). `on_create` runs once when the table is created, with
+/// `AddinShmemInitLock` held. Called from `_PG_init`.
+pub fn init(on_create: fn(&SlotTable)) -> bool {
     // SAFETY: read while PostgreSQL loads the library.
     if !unsafe { pg_sys::process_shared_preload_libraries_in_progress } {
-        return;
+        return false;
     }
     PRELOADED.store(true, Ordering::Relaxed);
-    crate::lease::register_wal();
+    ON_CREATE.get_or_init(|| on_create);
     // SAFETY: _PG_init runs once per process, in the postmaster here, before any hook can run;
     // chaining to the previous hook is the documented protocol.
     unsafe {
@@ -127,6 +133,7 @@ pub fn init() {
         PREV_SHMEM_STARTUP_HOOK.get_or_init(|| pg_sys::shmem_startup_hook);
         pg_sys::shmem_startup_hook = Some(shmem_startup);
     }
+    true
 }
 
 static PREV_SHMEM_STARTUP_HOOK: OnceLock<pg_sys::shmem_startup_hook_type> = OnceLock::new();
@@ -168,7 +175,7 @@ unsafe fn addin_shmem_init_lock() -> *mut pg_sys::LWLock {
     unsafe { &raw mut (*pg_sys::MainLWLockArray.add(21)).lock }
 }
 
-/// Creates the table, or attaches to it. `crate::lease::start` runs here with
+/// Creates the table, or attaches to it. `on_create` (`crate::lease::start`) runs here with
 /// `AddinShmemInitLock` held; it only logs and does plain file I/O, so only a panic (a bug) could
 /// end it, and in the postmaster that is FATAL: the server would not start.
 #[pg_guard]
@@ -190,7 +197,9 @@ unsafe extern "C-unwind" fn shmem_startup() {
         if !found {
             let table = SlotTable::init_in(mem, settings::max_sequences());
             table.ask_for_data_floors();
-            crate::lease::start(&table);
+            if let Some(on_create) = ON_CREATE.get() {
+                on_create(&table);
+            }
         }
         SHARED_TABLE.store(mem, Ordering::Release);
         pg_sys::LWLockRelease(addin_shmem_init_lock());

@@ -348,7 +348,9 @@ mod tests {
     /// `aes`): samples 7, 8 (radix 10) and 9 (radix 36), encrypting and decrypting.
     #[test]
     fn nist_sp_800_38g_ff1_aes256_samples() {
-        let samples: [(u32, &[u8], Vec<u16>, Vec<u16>); 3] = [
+        /// (radix, tweak, plaintext, ciphertext)
+        type Sample = (u32, &'static [u8], Vec<u16>, Vec<u16>);
+        let samples: [Sample; 3] = [
             (
                 10,
                 b"",

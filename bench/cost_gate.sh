@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# The per-id cost gate (issue 31): callgrind's instruction count per id of next_shard_id above
+# nextval(), in a single-user backend, against the number kept in bench/cost-baseline. Fails when
+# it is more than 5 % above it. A deliberate rise updates bench/cost-baseline in the same commit,
+# with the reason in CHANGELOG.md.
+#
+# Instructions, not seconds: the count does not move with the machine's load. The per-id figure
+# is marginal: each generator runs N and 2N ids, and the difference is divided by N, so costs paid
+# once (a sequence's first id: the origin check, the data floor's catalog query, the first lease
+# write) cancel out and only what every id pays is counted. `borrow` (no waits), one sequence.
+#   bench/cost_gate.sh           the build installed in the selected PostgreSQL (PG_MAJOR, default 15)
+#   GATE_IDS=20000 GATE_UPDATE=1 bench/cost_gate.sh   measure and write the new baseline
+source "$(dirname "$0")/../scripts/lib.sh"
+stop_clusters_at_exit
+N="${GATE_IDS:-20000}"
+BASELINE_FILE="$REPO/bench/cost-baseline"
+start_cluster gate yes
+stop_cluster gate
+dir="$RUN_DIR/gate"
+as_pg "$PG_BIN/postgres" --single -D "$dir/data" postgres <<<"CREATE EXTENSION pg_shard_id; CREATE SEQUENCE s;" >/dev/null
+
+# instructions FUNCTION SQL: the instructions callgrind counts inside FUNCTION while a single-user
+# backend runs SQL
+instructions() {
+    local out="$dir/$1-$RANDOM.callgrind"
+    as_pg valgrind --tool=callgrind --toggle-collect="$1" --callgrind-out-file="$out" \
+        "$PG_BIN/postgres" --single -D "$dir/data" -c jit=off -c pg_shard_id.overflow=borrow postgres \
+        >"$out.log" 2>&1 <<<"$2"
+    sed -n 's/^summary: //p' "$out" | head -1
+}
+per_id() { # per_id FUNCTION EXPR: marginal instructions per call of EXPR
+    local one two
+    one="$(instructions "$1" "SELECT count($2) FROM generate_series(1, $N);")"
+    two="$(instructions "$1" "SELECT count($2) FROM generate_series(1, $((2 * N)));")"
+    python3 -c "print(($two - $one) / $N)"
+}
+say "cost gate: callgrind, $N and $((2 * N)) ids, PostgreSQL $PG_MAJOR"
+nextval="$(per_id nextval_oid "nextval('s')")"
+ours="$(per_id next_shard_id_wrapper "next_shard_id('s', 1)")"
+above="$(python3 -c "print(round($ours - $nextval, 1))")"
+echo "  nextval(): $nextval instructions per id; next_shard_id: $ours; above nextval(): $above"
+if [ -n "${GATE_UPDATE:-}" ]; then
+    { grep '^#' "$BASELINE_FILE" 2>/dev/null || true; echo "$above"; } >"$BASELINE_FILE.new"
+    mv "$BASELINE_FILE.new" "$BASELINE_FILE"
+    say "wrote $above to bench/cost-baseline"
+    exit 0
+fi
+baseline="$(grep -v '^#' "$BASELINE_FILE" | head -1)"
+limit="$(python3 -c "print(round($baseline * 1.05, 1))")"
+if python3 -c "import sys; sys.exit(0 if $above <= $limit else 1)"; then
+    check "cost gate: $above instructions per id above nextval() (baseline $baseline, limit $limit)" ok ok
+else
+    check "cost gate: $above instructions per id above nextval() (baseline $baseline, limit $limit)" above ok
+fi
+echo "cost gate: $PASSED passed, $FAILED failed"
+[ "$FAILED" = 0 ]
