@@ -42,7 +42,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:48
+-- src/lib.rs:51
 -- requires:
 --   info::pg_shard_id_info
 
@@ -122,7 +122,7 @@ REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:42
+-- src/lib.rs:45
 -- requires:
 --   info::pg_shard_id_info
 
@@ -170,7 +170,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_stats_reset_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:54
+-- src/lib.rs:57
 -- requires:
 --   stats::pg_shard_id_stats
 --   stats::pg_shard_id_stats_reset
@@ -553,7 +553,7 @@ AS 'MODULE_PATHNAME', 'shard_id_lower_bound_epoch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:136
+-- src/mask.rs:138
 -- pg_shard_id::mask::shard_id_mask
 
 CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text DEFAULT '') RETURNS bigint
@@ -562,7 +562,7 @@ CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text DEFAULT '') RETURNS bigi
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:224
+-- src/mask.rs:226
 -- pg_shard_id::mask::shard_id_mask_shortcode
 
 CREATE FUNCTION shard_id_mask_shortcode("id" bigint, "tweak" text DEFAULT '') RETURNS text
@@ -571,7 +571,7 @@ CREATE FUNCTION shard_id_mask_shortcode("id" bigint, "tweak" text DEFAULT '') RE
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:159
+-- src/mask.rs:161
 -- pg_shard_id::mask::shard_id_mask_with_key
 
 CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text, "key_id" integer) RETURNS bigint
@@ -646,7 +646,7 @@ AS 'MODULE_PATHNAME', 'shard_id_to_shortcode_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:180
+-- src/mask.rs:182
 -- pg_shard_id::mask::shard_id_unmask
 
 CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text DEFAULT '') RETURNS bigint
@@ -656,7 +656,7 @@ REVOKE EXECUTE ON FUNCTION shard_id_unmask(bigint, text) FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:246
+-- src/mask.rs:248
 -- pg_shard_id::mask::shard_id_unmask_shortcode
 
 CREATE FUNCTION shard_id_unmask_shortcode("code" text, "tweak" text DEFAULT '') RETURNS bigint
@@ -666,7 +666,7 @@ REVOKE EXECUTE ON FUNCTION shard_id_unmask_shortcode(text, text) FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:202
+-- src/mask.rs:204
 -- pg_shard_id::mask::shard_id_unmask_with_key
 
 CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text, "key_id" integer) RETURNS bigint
@@ -676,7 +676,7 @@ REVOKE EXECUTE ON FUNCTION shard_id_unmask(bigint, text, integer) FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:60
+-- src/lib.rs:63
 -- finalize
 -- One COMMENT per SQL function (\df+ and pgAdmin show them). A pg_test checks that none is missing.
 COMMENT ON FUNCTION next_shard_id(regclass, integer) IS
