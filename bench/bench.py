@@ -174,6 +174,7 @@ lease_since, lease_started = psql("SELECT pg_current_wal_insert_lsn()"), time.mo
 TABLES = [
     ("bigserial", "id bigserial PRIMARY KEY"),
     ("next_shard_id", "id bigint PRIMARY KEY DEFAULT next_shard_id('tps_seq', 5)"),
+    ("identity column", "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
     ("Instagram PL/pgSQL next_id()", "id bigint PRIMARY KEY DEFAULT insta5.next_id()"),
     ("gen_random_uuid()", "id uuid PRIMARY KEY DEFAULT gen_random_uuid()"),
 ]
