@@ -59,7 +59,7 @@ fn shard_id_check() -> TableIterator<
         health::epoch(epoch, recorded_epoch()),
         newest_against_clock(shared, epoch, now),
         health::shard_numbers(&defaults),
-        health::data_floor(&unreadable_columns()),
+        data_floor_finding(epoch, now),
         health::replication(enabled_subscriptions(), &replicated(), &defaults),
         health::publication(&publications_refusing_the_origin()),
     ];
@@ -122,14 +122,22 @@ fn newest_against_clock(
     )
 }
 
-/// The DEFAULT columns that hold rows whose newest id no index can tell.
-fn unreadable_columns() -> Vec<String> {
-    data_floor::columns_of(None)
-        .into_iter()
+/// The DEFAULT columns that hold rows whose newest id no index can tell, and those whose newest
+/// id is too far ahead to be a floor (`data_floor::PLAUSIBLE_AHEAD_MS`).
+fn data_floor_finding(epoch: i64, now_unix_ms: i64) -> Finding {
+    let (mut unreadable, mut implausible) = (Vec::new(), Vec::new());
+    let limit = now_unix_ms - epoch + data_floor::PLAUSIBLE_AHEAD_MS;
+    for column in data_floor::columns_of(None) {
         // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
-        .filter(|c| matches!(unsafe { data_floor::newest_in(c) }, Err(CannotTell)))
-        .map(|c| c.name)
-        .collect()
+        match unsafe { data_floor::newest_in(&column) } {
+            Err(CannotTell) => unreadable.push(column.name),
+            Ok(Some(id)) if id >= 0 && data_floor::ms_of(id) > limit => {
+                implausible.push(format!("{} ({id})", column.name))
+            }
+            Ok(_) => {}
+        }
+    }
+    health::data_floor(&unreadable, &implausible)
 }
 
 /// How many subscriptions of this database are enabled.

@@ -20,15 +20,22 @@
 //!   security: only the newest id's millisecond is used, and only to set the floor.
 //! * Another session's temporary tables are left out: their buffers are that session's, and
 //!   their ids came from this server's guard (a temporary table is never copied in).
+//! * A DEFAULT counts when it is the `next_shard_id` call itself (`shard_id_mask(next_shard_id(..))`
+//!   stores no ids). An index counts when it is a valid, non-partial btree with bigint's default
+//!   operator class on the column. Locks are released as soon as the value is read.
+//! * A stored id more than [`PLAUSIBLE_AHEAD_MS`] ahead of the clock is not trusted (a WARNING
+//!   names it): one hand-written row must not move every new id decades ahead.
 //! * A leaf that holds no block is empty. A column the data cannot tell about (rows in a table
-//!   with no usable index, a foreign table, a column that is not bigint) gets the floor the
+//!   with no usable index, a foreign table or a view, a column that is not bigint) gets the floor the
 //!   origin uses for data made elsewhere: 10 min 1 s ahead of the clock, with a LOG line naming it;
 //!   `shard_id_check()` reports it (row `data_floor`) with the `CREATE INDEX` that fixes it.
 //!
 //! Runs on the slow path only (inside pgrx's guard): SPI and catalog access, locks, ERRORs.
 
 use crate::errors::relation_name;
-use pg_shard_id_core::layout::{MAX_MS, SEQ_BITS, SHARD_BITS};
+use pg_shard_id_core::guard::MAX_LEAD_MS;
+use pg_shard_id_core::layout::{SEQ_BITS, SHARD_BITS};
+use pg_shard_id_core::lease::LEASE_STEP_MS;
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::prelude::*;
 
@@ -45,8 +52,8 @@ pub struct Column {
 
 /// What the stored rows say about where a sequence's ids must start.
 pub struct Stored {
-    /// The newest id in the columns that could be read (`None`: nothing stored).
-    pub newest_id: Option<i64>,
+    /// The newest id in the columns that could be read, and its column (`None`: nothing stored).
+    pub newest: Option<(i64, String)>,
     /// Columns holding rows whose newest id cannot be read cheaply (no index, not a plain table,
     /// not bigint).
     pub unreadable: Vec<String>,
@@ -71,6 +78,9 @@ WITH ours AS (
        AND sd.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
       JOIN pg_catalog.pg_class sc ON sc.oid = sd.refobjid AND sc.relkind = 'S'
      WHERE ($1::pg_catalog.oid IS NULL OR sd.refobjid = $1)
+       -- the DEFAULT is the call itself: shard_id_mask(next_shard_id(...)) stores no ids
+       AND pg_catalog.pg_get_expr(ad.adbin, ad.adrelid)
+           OPERATOR(pg_catalog.~) '^([^(]*\.)?next_shard_id\('
        AND EXISTS (SELECT FROM pg_catalog.pg_depend d
                     WHERE d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
                       AND d.objid = ad.oid
@@ -106,6 +116,10 @@ SELECT l.relid, l.seq,
         JOIN pg_catalog.pg_am am ON am.oid = ic.relam
        WHERE x.indrelid = l.relid AND x.indkey[0] = a.attnum AND x.indisvalid AND x.indisready
          AND x.indpred IS NULL AND am.amname = 'btree'
+         -- bigint's own order (a reversed operator class would give the other end)
+         AND x.indclass[0] = (SELECT o.oid FROM pg_catalog.pg_opclass o
+                               WHERE o.opcmethod = am.oid AND o.opcdefault
+                                 AND o.opcintype = 'pg_catalog.int8'::pg_catalog.regtype)
        ORDER BY x.indisunique DESC, x.indexrelid
        LIMIT 1) i ON true
  ORDER BY 3"#;
@@ -135,17 +149,20 @@ pub fn columns_of(sequence: Option<pg_sys::Oid>) -> Vec<Column> {
 /// the columns that hold rows but cannot be read cheaply.
 pub fn stored(sequence: pg_sys::Oid) -> Stored {
     let columns = columns_of(Some(sequence));
-    let mut newest_id = None;
+    let mut newest: Option<(i64, String)> = None;
     let mut unreadable = Vec::new();
     for column in &columns {
         // SAFETY: a relation and index oid just read from the catalog, inside a transaction.
         match unsafe { newest_in(column) } {
-            Ok(newest) => newest_id = newest_id.max(newest),
+            Ok(Some(id)) if newest.as_ref().is_none_or(|(n, _)| id > *n) => {
+                newest = Some((id, column.name.clone()))
+            }
+            Ok(_) => {}
             Err(CannotTell) => unreadable.push(column.name.clone()),
         }
     }
     Stored {
-        newest_id,
+        newest,
         unreadable,
         has_columns: !columns.is_empty(),
     }
@@ -165,45 +182,55 @@ unsafe fn is_empty(relation: pg_sys::Relation) -> bool {
     }
 }
 
-/// The newest id in `column`: `Ok(None)` when it holds none, `Err(CannotTell)` when rows are
-/// there but no index can say which is the newest.
+/// The newest id in `column`: `Ok(None)` when it holds none, `Err(CannotTell)` when rows may be
+/// there but no index can say which is the newest (and for anything that is not a plain table
+/// with a bigint column: a foreign table or a view is never "empty").
 ///
 /// # Safety
 /// Call inside a transaction, inside pgrx's guard, with oids from the catalog.
 pub unsafe fn newest_in(column: &Column) -> Result<Option<i64>, CannotTell> {
+    if !column.readable {
+        return Err(CannotTell);
+    }
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-    // SAFETY: the caller's contract; the relation and index stay locked (AccessShareLock, as the
-    // planner takes) until the transaction ends, and every scan resource is released below or,
-    // after an ERROR, by the transaction's abort.
+    // SAFETY: the caller's contract. The locks (AccessShareLock, as the planner takes) are
+    // released as soon as the value is read: nothing read needs them afterwards, and a first id
+    // must not hold a lock on every partition until its transaction ends. Every scan resource is
+    // released below or, after an ERROR, by the transaction's abort.
     unsafe {
-        let heap = pg_sys::table_open(column.relation, lock);
-        let empty = is_empty(heap);
+        // (a relation dropped since the catalog was read holds nothing)
+        let heap = pg_sys::try_table_open(column.relation, lock);
+        if heap.is_null() {
+            return Ok(None);
+        }
         let newest = match column.index {
-            _ if empty => Ok(None),
-            Some((index, descending)) if column.readable => {
-                Ok(read_endpoint(heap, index, descending))
-            }
-            _ => Err(CannotTell),
+            _ if is_empty(heap) => Ok(None),
+            Some((index, descending)) => read_endpoint(heap, index, descending),
+            None => Err(CannotTell),
         };
-        pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::table_close(heap, lock);
         newest
     }
 }
 
 /// The highest non-NULL value of the first column of btree `index` on `heap` (a bigint), among the
-/// entries whose row is not yet removable.
+/// entries whose row is not yet removable; `Err(CannotTell)` when the index is gone.
 ///
 /// # Safety
-/// `heap` is open and locked; `index` is a valid btree index on it whose first column is bigint.
+/// `heap` is open and locked; `index` is a btree index on it whose first column is bigint.
 unsafe fn read_endpoint(
     heap: pg_sys::Relation,
     index: pg_sys::Oid,
     descending: bool,
-) -> Option<i64> {
+) -> Result<Option<i64>, CannotTell> {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
     // SAFETY: the caller's contract; this is selfuncs.c's get_actual_variable_endpoint, reading
-    // the heap tuple of each entry (index_getnext_slot) instead of the visibility map.
+    // the index tuple of the first entry whose heap tuple the snapshot accepts.
     unsafe {
-        let index = pg_sys::index_open(index, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let index = pg_sys::try_relation_open(index, lock);
+        if index.is_null() {
+            return Err(CannotTell);
+        }
         // SnapshotNonVacuumable (InitNonVacuumableSnapshot is a macro): rows inserted or deleted
         // by transactions still running, and deleted rows not yet removable, all count.
         let mut snapshot = pg_sys::SnapshotData {
@@ -251,8 +278,8 @@ unsafe fn read_endpoint(
         }
         pg_sys::ExecDropSingleTupleTableSlot(slot);
         pg_sys::index_endscan(scan);
-        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
-        newest
+        pg_sys::relation_close(index, lock);
+        Ok(newest)
     }
 }
 
@@ -261,11 +288,18 @@ pub fn ms_of(id: i64) -> i64 {
     id >> (SHARD_BITS + SEQ_BITS)
 }
 
+/// How far ahead of the clock a stored id may be and still be taken as a floor: borrow's whole
+/// lead, one lease step, and an hour for a clock that is behind the one the id was made with. An
+/// id further ahead cannot have come from a guard (a hand-written id, another generator, masked
+/// values): one such row must not move every new id decades ahead, or past the layout.
+pub const PLAUSIBLE_AHEAD_MS: i64 = MAX_LEAD_MS + LEASE_STEP_MS + 3_600_000;
+
 /// Where a fresh guard of `sequence` must start (ms since the epoch), from the rows stored for it:
 /// one past the newest id's millisecond; 10 min 1 s ahead of the clock (`jump_ms`) when a column
-/// holds rows its index cannot tell about, or when the sequence has no DEFAULT column and the
-/// database's ids were made elsewhere (`elsewhere_floor`). Logs where ids start when that is
-/// ahead of the clock. Raises 22008 when the newest stored id is at the layout's last millisecond.
+/// holds rows no index can tell about, or when the newest id is further ahead than
+/// [`PLAUSIBLE_AHEAD_MS`] (not trusted, with a WARNING naming it); the database's floor for data
+/// made elsewhere (`elsewhere_floor`) when no column holds an id. Logs where ids start when that
+/// is ahead of the clock.
 pub fn floor_for(
     sequence: pg_sys::Oid,
     epoch_unix_ms: i64,
@@ -275,36 +309,43 @@ pub fn floor_for(
 ) -> Option<i64> {
     let stored = stored(sequence);
     let name = relation_name(sequence);
-    let mut floor = stored.newest_id.filter(|&id| id >= 0).map(|id| {
-        let ms = ms_of(id);
-        if ms >= MAX_MS {
-            crate::errors::raise_with_hint(
-                PgSqlErrorCode::ERRCODE_DATETIME_FIELD_OVERFLOW,
+    let mut floor = None;
+    let mut jumped = false;
+    match &stored.newest {
+        Some((id, column))
+            if *id >= 0 && ms_of(*id) > now_ms.saturating_add(PLAUSIBLE_AHEAD_MS) =>
+        {
+            ereport!(
+                PgLogLevel::WARNING,
+                PgSqlErrorCode::ERRCODE_WARNING,
                 format!(
-                    "pg_shard_id: a column that draws from sequence \"{name}\" holds the id {id}, \
-                     at the last millisecond the id layout holds"
+                    "pg_shard_id: {column} holds the id {id}, more than 1 hour 10 minutes ahead of \
+                     the clock: not taken as the floor of sequence \"{name}\""
                 ),
-                "New ids must be above every stored id, and none can be. Delete or change that \
-                 row (it was not made by pg_shard_id at this epoch), or draw from a new sequence \
-                 in a new column.",
+                "No guard makes ids that far ahead: it was written by hand or by another generator. \
+                 New ids start 10 minutes ahead of the clock instead; delete or fix that row, or give \
+                 the column its own sequence."
             );
+            floor = Some(jump_ms);
+            jumped = true;
         }
-        ms + 1
-    });
+        Some((id, _)) if *id >= 0 => floor = Some(ms_of(*id) + 1),
+        _ => floor = floor.max(elsewhere_floor),
+    }
     if !stored.unreadable.is_empty() {
         floor = floor.max(Some(jump_ms));
+        jumped = true;
         log!(
-            "pg_shard_id: {} holds rows and has no index on the id, so the newest id of sequence \
-             \"{name}\" cannot be read: new ids start at {}, 10 min ahead of the clock (CREATE \
-             INDEX on the column to start them right above the rows)",
+            "pg_shard_id: {} may hold rows whose newest id no index can read (no index on the \
+             column, a foreign table or view, not bigint), so sequence \"{name}\" cannot start \
+             right above them: new ids start at {}, 10 min ahead of the clock (CREATE INDEX on the \
+             column to start them right above the rows)",
             stored.unreadable.join(", "),
             format_unix_ms(jump_ms + epoch_unix_ms)
         );
-    } else if !stored.has_columns {
-        floor = floor.max(elsewhere_floor);
     }
     match floor {
-        Some(f) if f > now_ms && stored.unreadable.is_empty() && stored.has_columns => log!(
+        Some(f) if f > now_ms && !jumped && stored.has_columns => log!(
             "pg_shard_id: ids of sequence \"{name}\" start at {}, above the rows already stored \
              ({} ms ahead of the clock; made by another server, a lead, or copied in)",
             format_unix_ms(f + epoch_unix_ms),
@@ -328,12 +369,14 @@ pub fn floor_for(
 /// ```
 ///
 /// Returns the data floor it found: one millisecond above the newest stored id (10 minutes ahead
-/// of the clock when a column holds rows no index can tell about), NULL when nothing is stored.
+/// of the clock when a column holds rows no index can tell about, or when the newest id is more
+/// than 1 h 10 min ahead and so not trusted), NULL when nothing is stored.
 /// The next ids start at it, or at the clock, or above what the guard issued before, whichever is
 /// latest.
 ///
-/// Errors: 42809 if `seq` is not a sequence; 42501 without UPDATE on it (as for `setval`); 22008
-/// when a stored id is at the layout's last millisecond.
+/// Errors: 42809 if `seq` is not a sequence; 42501 without UPDATE on it (as for `setval`). It
+/// reads rows the caller may not be allowed to SELECT (row security, no grant), and returns only
+/// the newest one's millisecond.
 #[pg_extern(sql = r#"
 CREATE FUNCTION shard_id_resync("seq" regclass) RETURNS timestamptz
     VOLATILE STRICT PARALLEL UNSAFE

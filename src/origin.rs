@@ -176,15 +176,7 @@ fn record_without_failing() -> bool {
             record_this_server();
             Ok(())
         })
-        .catch_others(|caught| {
-            Err(match caught {
-                pg_sys::panic::CaughtError::PostgresError(report)
-                | pg_sys::panic::CaughtError::ErrorReport(report)
-                | pg_sys::panic::CaughtError::RustPanic {
-                    ereport: report, ..
-                } => report.message().to_string(),
-            })
-        })
+        .catch_others(Err)
         .execute();
         if outcome.is_ok() {
             pg_sys::ReleaseCurrentSubTransaction();
@@ -195,21 +187,44 @@ fn record_without_failing() -> bool {
         pg_sys::CurrentResourceOwner = owner;
         outcome
     };
-    match outcome {
-        Ok(()) => true,
-        Err(message) => {
-            ereport!(
-                PgLogLevel::WARNING,
-                PgSqlErrorCode::ERRCODE_WARNING,
-                format!(
-                    "pg_shard_id: could not record this server in _pg_shard_id.origin: {message}"
-                ),
-                "Ids are issued all the same. Run ALTER EXTENSION pg_shard_id UPDATE (0.6.0 gives \
-                 the table a replica identity); shard_id_check() says what else is wrong."
-            );
-            false
-        }
+    let caught = match outcome {
+        Ok(()) => return true,
+        Err(caught) => caught,
+    };
+    let report = match &caught {
+        pg_sys::panic::CaughtError::PostgresError(report)
+        | pg_sys::panic::CaughtError::ErrorReport(report)
+        | pg_sys::panic::CaughtError::RustPanic {
+            ereport: report, ..
+        } => report,
+    };
+    // A cancel, a timeout, a deadlock or a lack of resources is not the recording's own failure:
+    // it must end the statement as it would anywhere else (PL/pgSQL's WHEN OTHERS does not catch
+    // a cancel either).
+    use PgSqlErrorCode::*;
+    if matches!(
+        report.sql_error_code(),
+        ERRCODE_QUERY_CANCELED
+            | ERRCODE_ADMIN_SHUTDOWN
+            | ERRCODE_T_R_DEADLOCK_DETECTED
+            | ERRCODE_T_R_SERIALIZATION_FAILURE
+            | ERRCODE_LOCK_NOT_AVAILABLE
+            | ERRCODE_OUT_OF_MEMORY
+            | ERRCODE_DISK_FULL
+    ) {
+        caught.rethrow();
     }
+    ereport!(
+        PgLogLevel::WARNING,
+        PgSqlErrorCode::ERRCODE_WARNING,
+        format!(
+            "pg_shard_id: could not record this server in _pg_shard_id.origin: {}",
+            report.message()
+        ),
+        "Ids are issued all the same. Run ALTER EXTENSION pg_shard_id UPDATE (0.6.0 gives the \
+         table a replica identity); shard_id_check() says what else is wrong."
+    );
+    false
 }
 
 /// Runs `_pg_shard_id.record_origin()` through the function manager: it is SECURITY DEFINER and

@@ -98,8 +98,14 @@ mod tests {
         run("CREATE INDEX ON floor_pg_test_desc (id DESC)");
         // copied-in rows, the newest in the table with a descending index
         run("INSERT INTO floor_pg_test_t VALUES (shard_id_compose(now() + interval '20 s', 3, 5), 0)");
-        run("INSERT INTO floor_pg_test_desc VALUES (shard_id_compose(now() + interval '40 s', 3, 6), 0), (NULL, 0)");
-        let newest: i64 = one("SELECT max(id) FROM floor_pg_test_desc");
+        run("INSERT INTO floor_pg_test_desc VALUES (shard_id_compose(now() + interval '40 s', 3, 6), 0), \
+             (shard_id_compose(now() + interval '10 s', 3, 6), 0), (NULL, 0)");
+        // the newest of all in an ascending index whose high end holds NULLs (a backward scan meets
+        // them first)
+        run("CREATE TABLE floor_pg_test_nulls (id bigint DEFAULT next_shard_id('floor_pg_test', 3))");
+        run("CREATE INDEX ON floor_pg_test_nulls (id)");
+        run("INSERT INTO floor_pg_test_nulls VALUES (NULL), (shard_id_compose(now() + interval '50 s', 3, 7)), (NULL)");
+        let newest: i64 = one("SELECT max(id) FROM floor_pg_test_nulls");
         // the first id drawn by an explicit call reads the DEFAULT columns too
         let first: i64 = one("SELECT next_shard_id('floor_pg_test', 3)");
         assert!(first > newest, "{first} is not above {newest}");

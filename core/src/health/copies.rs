@@ -6,9 +6,10 @@ use super::{finding, Finding, ShardDefault, Status};
 use std::collections::BTreeSet;
 
 /// Columns whose DEFAULT draws from a sequence, that hold rows, and whose newest id no index can
-/// tell (`schema.table.column`).
-pub fn data_floor(unreadable: &[String]) -> Finding {
-    if unreadable.is_empty() {
+/// tell (`schema.table.column`); and columns whose newest id is too far ahead of the clock to be
+/// taken as a floor (`column (id)`).
+pub fn data_floor(unreadable: &[String], implausible: &[String]) -> Finding {
+    if unreadable.is_empty() && implausible.is_empty() {
         return finding(
             "data_floor",
             Status::Ok,
@@ -16,16 +17,26 @@ pub fn data_floor(unreadable: &[String]) -> Finding {
              first id after a restart, a switchover or a copy starts right above the rows stored",
         );
     }
-    finding(
-        "data_floor",
-        Status::Warning,
-        format!(
-            "{} hold rows without an index on the id, so a sequence's first id after a restart \
-             cannot see the newest row and starts 10 minutes ahead of the clock instead (unique, \
-             but its timestamps run ahead). Fix: CREATE INDEX on each of these columns.",
+    let mut problems = Vec::new();
+    if !unreadable.is_empty() {
+        problems.push(format!(
+            "{} may hold rows whose newest id no index can read (no index on the id, a foreign \
+             table or view, not bigint), so a sequence's first id after a restart starts 10 \
+             minutes ahead of the clock instead of right above the rows (unique, but its \
+             timestamps run ahead). Fix: CREATE INDEX on each of these columns",
             unreadable.join(", ")
-        ),
-    )
+        ));
+    }
+    if !implausible.is_empty() {
+        problems.push(format!(
+            "{} hold an id more than 1 hour 10 minutes ahead of the clock, which no guard makes \
+             (written by hand or by another generator): it is not taken as a floor, and new ids \
+             start 10 minutes ahead at each restart. Fix: delete or correct those rows, or give \
+             the column its own sequence",
+            implausible.join(", ")
+        ));
+    }
+    finding("data_floor", Status::Warning, problems.join(". ") + ".")
 }
 
 /// A table this database receives rows for through an enabled subscription, with the shard of
@@ -131,10 +142,15 @@ mod tests {
 
     #[test]
     fn unreadable_columns_are_named_with_the_fix() {
-        assert_eq!(data_floor(&[]).status, Status::Ok);
-        let f = data_floor(&["public.events.id".to_string()]);
+        assert_eq!(data_floor(&[], &[]).status, Status::Ok);
+        let f = data_floor(&["public.events.id".to_string()], &[]);
         assert_eq!(f.status, Status::Warning);
         assert!(f.detail.contains("public.events.id") && f.detail.contains("CREATE INDEX"));
+        let far = data_floor(&[], &["public.t.id (9223372036854775807)".to_string()]);
+        assert_eq!(far.status, Status::Warning);
+        assert!(
+            far.detail.contains("9223372036854775807") && far.detail.contains("delete or correct")
+        );
     }
 
     #[test]

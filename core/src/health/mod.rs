@@ -210,7 +210,7 @@ pub fn clock(newest_unix_ms: Option<i64>, floor: Option<Floor>, now_unix_ms: i64
             )),
             _ => None,
         };
-        if let Some(why) = explained {
+        if let Some(why) = explained.filter(|_| ahead <= FAR_AHEAD_MS) {
             return finding(
                 "clock",
                 Status::Ok,

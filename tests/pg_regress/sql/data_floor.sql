@@ -19,7 +19,7 @@ CREATE TABLE df_events (id bigint DEFAULT next_shard_id('df_p_s', 5), k int) PAR
 CREATE TABLE df_events_1 PARTITION OF df_events FOR VALUES IN (1);
 CREATE TABLE df_events_2 PARTITION OF df_events FOR VALUES IN (2);
 CREATE INDEX ON df_events (id);
-INSERT INTO df_events VALUES (shard_id_compose(now() + interval '2 hours', 5, 9), 2);
+INSERT INTO df_events VALUES (shard_id_compose(now() + interval '40 minutes', 5, 9), 2);
 INSERT INTO df_events (k) SELECT 1 FROM generate_series(1, 100);
 SELECT (SELECT min(id) FROM df_events_1) > (SELECT max(id) FROM df_events_2) AS above_the_other_partition;
 -- a column with rows and no index: the data cannot tell, so ids start 10 minutes ahead
@@ -47,7 +47,7 @@ RESET ROLE;
 SELECT min(id) FILTER (WHERE owner = 'regress_df_writer') > max(id) FILTER (WHERE owner = 'someone_else') AS above_rows_it_cannot_see
 FROM df_rls;
 -- rows loaded into a table whose sequence is already issuing: shard_id_resync() reads them again
-INSERT INTO df_photos VALUES (shard_id_compose(now() + interval '3 hours', 4, 0), -1);
+INSERT INTO df_photos VALUES (shard_id_compose(now() + interval '65 minutes', 4, 0), -1);
 SELECT shard_id_resync('df_photos'::regclass);
 SELECT shard_id_resync('df_s') - shard_id_extract_timestamp((SELECT id FROM df_photos WHERE n = -1)) AS floor_above_the_loaded_row;
 INSERT INTO df_photos (n) VALUES (5000);
@@ -55,6 +55,40 @@ SELECT (SELECT id FROM df_photos WHERE n = 5000) > (SELECT id FROM df_photos WHE
 SET ROLE regress_df_writer;
 SELECT shard_id_resync('df_rls_s');
 RESET ROLE;
+-- an id no guard could have made (hand-written, far in the future) is not taken as a floor: one
+-- row must not move every new id decades ahead; a WARNING names it, shard_id_check() too
+CREATE SEQUENCE df_far_s;
+CREATE TABLE df_far (id bigint PRIMARY KEY DEFAULT next_shard_id('df_far_s', 8));
+INSERT INTO df_far VALUES (9223372036854775807);
+INSERT INTO df_far DEFAULT VALUES;
+SELECT shard_id_extract_timestamp(min(id)) BETWEEN now() + interval '9 minutes' AND now() + interval '11 minutes'
+       AS ten_minutes_ahead_not_decades FROM df_far;
+SELECT status, detail ~ 'df_far.id \(9223372036854775807\)' AS names_it FROM shard_id_check() WHERE "check" = 'data_floor';
+DELETE FROM df_far WHERE id = 9223372036854775807;
+-- a DEFAULT that is not the call itself stores no ids of the sequence: not read
+CREATE SEQUENCE df_wrapped_s;
+CREATE TABLE df_wrapped (id bigint PRIMARY KEY DEFAULT abs(next_shard_id('df_wrapped_s', 9)));
+INSERT INTO df_wrapped VALUES (shard_id_compose(now() + interval '1 hour', 9, 0));
+SELECT shard_id_extract_timestamp(next_shard_id('df_wrapped_s', 9)) < now() + interval '2 s' AS at_the_clock;
+-- a view with a DEFAULT: never "empty" (its rows are elsewhere), so ids start 10 minutes ahead
+CREATE SEQUENCE df_view_s;
+CREATE TABLE df_base (id bigint, n int);
+CREATE VIEW df_view AS SELECT * FROM df_base;
+ALTER VIEW df_view ALTER COLUMN id SET DEFAULT next_shard_id('df_view_s', 10);
+INSERT INTO df_view (n) VALUES (1);
+SELECT shard_id_extract_timestamp(id) > now() + interval '9 minutes' AS ten_minutes_ahead FROM df_base;
+-- the first id releases the locks it took to read the rows (no lock on every partition until commit)
+CREATE SEQUENCE df_lock_s;
+CREATE TABLE df_lock (id bigint PRIMARY KEY DEFAULT next_shard_id('df_lock_s', 11));
+INSERT INTO df_lock VALUES (shard_id_compose(now(), 11, 0));
+BEGIN;
+SELECT next_shard_id('df_lock_s', 11) > 0 AS issued;
+SELECT count(*) AS locks_kept FROM pg_locks
+ WHERE pid = pg_backend_pid() AND relation IN ('df_lock'::regclass, 'df_lock_pkey'::regclass);
+COMMIT;
+DROP VIEW df_view;
+DROP TABLE df_far, df_wrapped, df_base, df_lock;
+DROP SEQUENCE df_far_s, df_wrapped_s, df_view_s, df_lock_s;
 -- DEFAULTs of other kinds are not counted as next_shard_id DEFAULTs
 SELECT detail ~ ('^' || (SELECT count(*) FROM pg_attrdef
                            WHERE pg_get_expr(adbin, adrelid) ~ 'next_shard_id\(''.*''::regclass, \d+\)')
