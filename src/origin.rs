@@ -176,7 +176,7 @@ fn record_without_failing() -> bool {
             record_this_server();
             Ok(())
         })
-        .catch_others(Err)
+        .catch_others(|caught| Err(Box::new(caught)))
         .execute();
         if outcome.is_ok() {
             pg_sys::ReleaseCurrentSubTransaction();
@@ -191,7 +191,7 @@ fn record_without_failing() -> bool {
         Ok(()) => return true,
         Err(caught) => caught,
     };
-    let report = match &caught {
+    let report = match caught.as_ref() {
         pg_sys::panic::CaughtError::PostgresError(report)
         | pg_sys::panic::CaughtError::ErrorReport(report)
         | pg_sys::panic::CaughtError::RustPanic {
@@ -212,7 +212,7 @@ fn record_without_failing() -> bool {
             | ERRCODE_OUT_OF_MEMORY
             | ERRCODE_DISK_FULL
     ) {
-        caught.rethrow();
+        (*caught).rethrow();
     }
     ereport!(
         PgLogLevel::WARNING,
