@@ -65,27 +65,27 @@ const COLUMNS_SQL: &str = r#"
 WITH ours AS (
     SELECT e.objid AS oid
       FROM pg_catalog.pg_depend e
-      JOIN pg_catalog.pg_extension x ON x.oid = e.refobjid AND x.extname = 'pg_shard_id'
-      JOIN pg_catalog.pg_proc p ON p.oid = e.objid AND p.proname = 'next_shard_id'
-     WHERE e.classid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-       AND e.refclassid = 'pg_catalog.pg_extension'::pg_catalog.regclass AND e.deptype = 'e'
+      JOIN pg_catalog.pg_extension x ON x.oid OPERATOR(pg_catalog.=) e.refobjid AND x.extname OPERATOR(pg_catalog.=) 'pg_shard_id'
+      JOIN pg_catalog.pg_proc p ON p.oid OPERATOR(pg_catalog.=) e.objid AND p.proname OPERATOR(pg_catalog.=) 'next_shard_id'
+     WHERE e.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+       AND e.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_extension'::pg_catalog.regclass AND e.deptype OPERATOR(pg_catalog.=) 'e'
 ), defaults AS (
     SELECT DISTINCT sd.refobjid AS seq, ad.adrelid AS relid, a.attname
       FROM pg_catalog.pg_attrdef ad
-      JOIN pg_catalog.pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
+      JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) ad.adrelid AND a.attnum OPERATOR(pg_catalog.=) ad.adnum
       JOIN pg_catalog.pg_depend sd
-        ON sd.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND sd.objid = ad.oid
-       AND sd.refclassid = 'pg_catalog.pg_class'::pg_catalog.regclass
-      JOIN pg_catalog.pg_class sc ON sc.oid = sd.refobjid AND sc.relkind = 'S'
-     WHERE ($1::pg_catalog.oid IS NULL OR sd.refobjid = $1)
+        ON sd.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_attrdef'::pg_catalog.regclass AND sd.objid OPERATOR(pg_catalog.=) ad.oid
+       AND sd.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
+      JOIN pg_catalog.pg_class sc ON sc.oid OPERATOR(pg_catalog.=) sd.refobjid AND sc.relkind OPERATOR(pg_catalog.=) 'S'
+     WHERE ($1::pg_catalog.oid IS NULL OR sd.refobjid OPERATOR(pg_catalog.=) $1)
        -- the DEFAULT is the call itself: shard_id_mask(next_shard_id(...)) stores no ids
        AND pg_catalog.pg_get_expr(ad.adbin, ad.adrelid)
            OPERATOR(pg_catalog.~) '^([^(]*\.)?next_shard_id\('
        AND EXISTS (SELECT FROM pg_catalog.pg_depend d
-                    WHERE d.classid = 'pg_catalog.pg_attrdef'::pg_catalog.regclass
-                      AND d.objid = ad.oid
-                      AND d.refclassid = 'pg_catalog.pg_proc'::pg_catalog.regclass
-                      AND d.refobjid IN (SELECT oid FROM ours))
+                    WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_attrdef'::pg_catalog.regclass
+                      AND d.objid OPERATOR(pg_catalog.=) ad.oid
+                      AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
+                      AND d.refobjid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM ours))
 ), leaves AS (
     -- a partitioned table's leaves (pg_partition_tree), or the table itself
     SELECT d.seq, t.relid, d.attname
@@ -93,33 +93,33 @@ WITH ours AS (
      WHERE t.isleaf
     UNION
     SELECT d.seq, d.relid, d.attname
-      FROM defaults d JOIN pg_catalog.pg_class c ON c.oid = d.relid
-     WHERE c.relkind <> 'p'
+      FROM defaults d JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.relid
+     WHERE c.relkind OPERATOR(pg_catalog.<>) 'p'
 )
 SELECT l.relid, l.seq,
        pg_catalog.format('%s.%I', l.relid::pg_catalog.regclass, a.attname),
-       c.relkind = 'r' AND 'pg_catalog.int8'::pg_catalog.regtype IN (a.atttypid, ty.typbasetype),
+       c.relkind OPERATOR(pg_catalog.=) 'r' AND 'pg_catalog.int8'::pg_catalog.regtype OPERATOR(pg_catalog.=) ANY (ARRAY[a.atttypid, ty.typbasetype]),
        i.indexrelid,
-       coalesce((i.indoption[0]::pg_catalog.int4 OPERATOR(pg_catalog.&) 1) = 1, false)
+       coalesce((i.indoption[0]::pg_catalog.int4 OPERATOR(pg_catalog.&) 1) OPERATOR(pg_catalog.=) 1, false)
   FROM leaves l
-  JOIN pg_catalog.pg_class c ON c.oid = l.relid
+  JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) l.relid
    -- another session's temporary table: its buffers are that session's and cannot be read here
    -- (its ids came from this server's guard, and go with that session)
-   AND (c.relpersistence <> 't' OR c.relnamespace = pg_catalog.pg_my_temp_schema())
-  JOIN pg_catalog.pg_attribute a ON a.attrelid = l.relid AND a.attname = l.attname
+   AND (c.relpersistence OPERATOR(pg_catalog.<>) 't' OR c.relnamespace OPERATOR(pg_catalog.=) pg_catalog.pg_my_temp_schema())
+  JOIN pg_catalog.pg_attribute a ON a.attrelid OPERATOR(pg_catalog.=) l.relid AND a.attname OPERATOR(pg_catalog.=) l.attname
                                 AND NOT a.attisdropped
-  JOIN pg_catalog.pg_type ty ON ty.oid = a.atttypid
+  JOIN pg_catalog.pg_type ty ON ty.oid OPERATOR(pg_catalog.=) a.atttypid
   LEFT JOIN LATERAL (
       SELECT x.indexrelid, x.indoption
         FROM pg_catalog.pg_index x
-        JOIN pg_catalog.pg_class ic ON ic.oid = x.indexrelid
-        JOIN pg_catalog.pg_am am ON am.oid = ic.relam
-       WHERE x.indrelid = l.relid AND x.indkey[0] = a.attnum AND x.indisvalid AND x.indisready
-         AND x.indpred IS NULL AND am.amname = 'btree'
+        JOIN pg_catalog.pg_class ic ON ic.oid OPERATOR(pg_catalog.=) x.indexrelid
+        JOIN pg_catalog.pg_am am ON am.oid OPERATOR(pg_catalog.=) ic.relam
+       WHERE x.indrelid OPERATOR(pg_catalog.=) l.relid AND x.indkey[0] OPERATOR(pg_catalog.=) a.attnum AND x.indisvalid AND x.indisready
+         AND x.indpred IS NULL AND am.amname OPERATOR(pg_catalog.=) 'btree'
          -- bigint's own order (a reversed operator class would give the other end)
-         AND x.indclass[0] = (SELECT o.oid FROM pg_catalog.pg_opclass o
-                               WHERE o.opcmethod = am.oid AND o.opcdefault
-                                 AND o.opcintype = 'pg_catalog.int8'::pg_catalog.regtype)
+         AND x.indclass[0] OPERATOR(pg_catalog.=) (SELECT o.oid FROM pg_catalog.pg_opclass o
+                               WHERE o.opcmethod OPERATOR(pg_catalog.=) am.oid AND o.opcdefault
+                                 AND o.opcintype OPERATOR(pg_catalog.=) 'pg_catalog.int8'::pg_catalog.regtype)
        ORDER BY x.indisunique DESC, x.indexrelid
        LIMIT 1) i ON true
  ORDER BY 3"#;

@@ -89,6 +89,20 @@ COMMIT;
 DROP VIEW df_view;
 DROP TABLE df_far, df_wrapped, df_base, df_lock;
 DROP SEQUENCE df_far_s, df_wrapped_s, df_view_s, df_lock_s;
+-- a search_path that puts a planted = before pg_catalog's does not change what the first id reads
+-- (the guard it settles is every session's)
+CREATE SCHEMA df_evil;
+CREATE FUNCTION df_evil.never(oid, oid) RETURNS boolean LANGUAGE sql AS 'SELECT false';
+CREATE OPERATOR df_evil.= (LEFTARG = oid, RIGHTARG = oid, FUNCTION = df_evil.never);
+CREATE SEQUENCE df_path_s;
+CREATE TABLE df_path (id bigint PRIMARY KEY DEFAULT next_shard_id('df_path_s', 12));
+INSERT INTO df_path VALUES (shard_id_compose(now() + interval '20 minutes', 12, 0));
+SET search_path = df_evil, pg_catalog, public;
+SELECT next_shard_id('df_path_s', 12) > (SELECT max(id) FROM df_path) AS above_the_row;
+RESET search_path;
+DROP TABLE df_path;
+DROP SEQUENCE df_path_s;
+DROP SCHEMA df_evil CASCADE;
 -- DEFAULTs of other kinds are not counted as next_shard_id DEFAULTs
 SELECT detail ~ ('^' || (SELECT count(*) FROM pg_attrdef
                            WHERE pg_get_expr(adbin, adrelid) ~ 'next_shard_id\(''.*''::regclass, \d+\)')
