@@ -80,7 +80,7 @@ WITH ours AS (
      WHERE ($1::pg_catalog.oid IS NULL OR sd.refobjid OPERATOR(pg_catalog.=) $1)
        -- the DEFAULT is the call itself: shard_id_mask(next_shard_id(...)) stores no ids
        AND pg_catalog.pg_get_expr(ad.adbin, ad.adrelid)
-           OPERATOR(pg_catalog.~) '^([^(]*\.)?next_shard_id\('
+           OPERATOR(pg_catalog.~) $re$^([^(]*\.)?next_shard_id\($re$
        AND EXISTS (SELECT FROM pg_catalog.pg_depend d
                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_attrdef'::pg_catalog.regclass
                       AND d.objid OPERATOR(pg_catalog.=) ad.oid
