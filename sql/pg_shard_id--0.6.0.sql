@@ -42,7 +42,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:51
+-- src/lib.rs:52
 -- requires:
 --   info::pg_shard_id_info
 
@@ -122,7 +122,7 @@ REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:45
+-- src/lib.rs:46
 -- requires:
 --   info::pg_shard_id_info
 
@@ -170,7 +170,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_stats_reset_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:57
+-- src/lib.rs:58
 -- requires:
 --   stats::pg_shard_id_stats
 --   stats::pg_shard_id_stats_reset
@@ -596,8 +596,8 @@ AS 'MODULE_PATHNAME', 'shard_id_partition_bounds_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/data_floor.rs:337
--- pg_shard_id::data_floor::shard_id_resync
+-- src/resync.rs:29
+-- pg_shard_id::resync::shard_id_resync
 
 CREATE FUNCTION shard_id_resync("seq" regclass) RETURNS timestamptz
     VOLATILE STRICT PARALLEL UNSAFE
@@ -676,7 +676,7 @@ REVOKE EXECUTE ON FUNCTION shard_id_unmask(bigint, text, integer) FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:63
+-- src/lib.rs:64
 -- finalize
 -- One COMMENT per SQL function (\df+ and pgAdmin show them). A pg_test checks that none is missing.
 COMMENT ON FUNCTION next_shard_id(regclass, integer) IS

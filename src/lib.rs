@@ -21,6 +21,7 @@ mod mask;
 mod node;
 mod origin;
 mod partition;
+mod resync;
 mod routing;
 mod settings;
 mod shmem;
