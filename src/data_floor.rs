@@ -22,7 +22,9 @@
 //!   their ids came from this server's guard (a temporary table is never copied in).
 //! * A DEFAULT counts when it is the `next_shard_id` call itself (`shard_id_mask(next_shard_id(..))`
 //!   stores no ids). An index counts when it is a valid, non-partial btree with bigint's default
-//!   operator class on the column. Locks are released as soon as the value is read.
+//!   operator class on the column. Locks are taken only if free at once (a first id never waits
+//!   for another transaction's lock: that deadlocked a Citus ALTER TABLE rewriting many shards)
+//!   and released as soon as the value is read; a lock that is not free is "cannot tell".
 //! * A stored id more than [`PLAUSIBLE_AHEAD_MS`] ahead of the clock is not trusted (a WARNING
 //!   names it): one hand-written row must not move every new id decades ahead.
 //! * A leaf that holds no block is empty. A column the data cannot tell about (rows in a table
@@ -62,7 +64,7 @@ pub struct Stored {
 }
 
 const COLUMNS_SQL: &str = r#"
-WITH ours AS (
+WITH RECURSIVE ours AS (
     SELECT e.objid AS oid
       FROM pg_catalog.pg_depend e
       JOIN pg_catalog.pg_extension x ON x.oid OPERATOR(pg_catalog.=) e.refobjid AND x.extname OPERATOR(pg_catalog.=) 'pg_shard_id'
@@ -78,22 +80,27 @@ WITH ours AS (
        AND sd.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_class'::pg_catalog.regclass
       JOIN pg_catalog.pg_class sc ON sc.oid OPERATOR(pg_catalog.=) sd.refobjid AND sc.relkind OPERATOR(pg_catalog.=) 'S'
      WHERE ($1::pg_catalog.oid IS NULL OR sd.refobjid OPERATOR(pg_catalog.=) $1)
-       -- the DEFAULT is the call itself: shard_id_mask(next_shard_id(...)) stores no ids
-       AND pg_catalog.pg_get_expr(ad.adbin, ad.adrelid)
-           OPERATOR(pg_catalog.~) $re$^([^(]*\.)?next_shard_id\($re$
+       -- the DEFAULT is the call itself (shard_id_mask(next_shard_id(...)) stores no ids), read
+       -- from the stored expression tree: pg_get_expr would lock the table, and a first id must
+       -- never wait for a lock (a Citus ALTER TABLE rewriting shards in parallel deadlocked)
+       AND (pg_catalog.regexp_match(ad.adbin::pg_catalog.text,
+                $re$^(\{COERCETODOMAIN :arg )?\{FUNCEXPR :funcid (\d+) $re$))[2]::pg_catalog.oid
+           OPERATOR(pg_catalog.=) ANY (SELECT oid FROM ours)
        AND EXISTS (SELECT FROM pg_catalog.pg_depend d
                     WHERE d.classid OPERATOR(pg_catalog.=) 'pg_catalog.pg_attrdef'::pg_catalog.regclass
                       AND d.objid OPERATOR(pg_catalog.=) ad.oid
                       AND d.refclassid OPERATOR(pg_catalog.=) 'pg_catalog.pg_proc'::pg_catalog.regclass
                       AND d.refobjid OPERATOR(pg_catalog.=) ANY (SELECT oid FROM ours))
-), leaves AS (
-    -- a partitioned table's leaves (pg_partition_tree), or the table itself
-    SELECT d.seq, t.relid, d.attname
-      FROM defaults d, pg_catalog.pg_partition_tree(d.relid) t
-     WHERE t.isleaf
+), tree AS (
+    -- a partitioned table and every partition below it, from pg_inherits (pg_partition_tree
+    -- would lock each partition, and a first id must never wait for a lock)
+    SELECT d.seq, d.relid, d.attname FROM defaults d
     UNION
-    SELECT d.seq, d.relid, d.attname
-      FROM defaults d JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) d.relid
+    SELECT t.seq, i.inhrelid, t.attname
+      FROM tree t JOIN pg_catalog.pg_inherits i ON i.inhparent OPERATOR(pg_catalog.=) t.relid
+), leaves AS (
+    SELECT t.seq, t.relid, t.attname
+      FROM tree t JOIN pg_catalog.pg_class c ON c.oid OPERATOR(pg_catalog.=) t.relid
      WHERE c.relkind OPERATOR(pg_catalog.<>) 'p'
 )
 SELECT l.relid, l.seq,
@@ -193,14 +200,20 @@ pub unsafe fn newest_in(column: &Column) -> Result<Option<i64>, CannotTell> {
         return Err(CannotTell);
     }
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
-    // SAFETY: the caller's contract. The locks (AccessShareLock, as the planner takes) are
-    // released as soon as the value is read: nothing read needs them afterwards, and a first id
-    // must not hold a lock on every partition until its transaction ends. Every scan resource is
-    // released below or, after an ERROR, by the transaction's abort.
+    // SAFETY: the caller's contract. The locks (AccessShareLock, as the planner takes) are taken
+    // only if free at once, and released as soon as the value is read: a first id never waits
+    // for another transaction's lock (a Citus ALTER TABLE rewriting many shards at once
+    // deadlocked when each shard's first id waited for the others'), nor keeps a lock on every
+    // partition until its transaction ends. A lock that is not free is "cannot tell". Every
+    // scan resource is released below or, after an ERROR, by the transaction's abort.
     unsafe {
+        if !pg_sys::ConditionalLockRelationOid(column.relation, lock) {
+            return Err(CannotTell);
+        }
         // (a relation dropped since the catalog was read holds nothing)
-        let heap = pg_sys::try_table_open(column.relation, lock);
+        let heap = pg_sys::try_table_open(column.relation, pg_sys::NoLock as pg_sys::LOCKMODE);
         if heap.is_null() {
+            pg_sys::UnlockRelationOid(column.relation, lock);
             return Ok(None);
         }
         let newest = match column.index {
@@ -208,7 +221,8 @@ pub unsafe fn newest_in(column: &Column) -> Result<Option<i64>, CannotTell> {
             Some((index, descending)) => read_endpoint(heap, index, descending),
             None => Err(CannotTell),
         };
-        pg_sys::table_close(heap, lock);
+        pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::UnlockRelationOid(column.relation, lock);
         newest
     }
 }
@@ -227,8 +241,13 @@ unsafe fn read_endpoint(
     // SAFETY: the caller's contract; this is selfuncs.c's get_actual_variable_endpoint, reading
     // the index tuple of the first entry whose heap tuple the snapshot accepts.
     unsafe {
-        let index = pg_sys::try_relation_open(index, lock);
+        if !pg_sys::ConditionalLockRelationOid(index, lock) {
+            return Err(CannotTell);
+        }
+        let index_oid = index;
+        let index = pg_sys::try_relation_open(index_oid, pg_sys::NoLock as pg_sys::LOCKMODE);
         if index.is_null() {
+            pg_sys::UnlockRelationOid(index_oid, lock);
             return Err(CannotTell);
         }
         // SnapshotNonVacuumable (InitNonVacuumableSnapshot is a macro): rows inserted or deleted
@@ -278,7 +297,8 @@ unsafe fn read_endpoint(
         }
         pg_sys::ExecDropSingleTupleTableSlot(slot);
         pg_sys::index_endscan(scan);
-        pg_sys::relation_close(index, lock);
+        pg_sys::relation_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::UnlockRelationOid(index_oid, lock);
         Ok(newest)
     }
 }
