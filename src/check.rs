@@ -5,7 +5,7 @@
 use crate::data_floor::{self, CannotTell};
 use crate::{clock, settings, shmem};
 use pg_shard_id_core::health::{self, Finding, Floor, Node, NodeState, Replicated, ShardDefault};
-use pg_shard_id_core::layout::{MAX_SHARD, SEQ_BITS};
+use pg_shard_id_core::layout;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
 
@@ -48,6 +48,7 @@ fn shard_id_check() -> TableIterator<
     let now = clock::now_unix_ms();
     let shared = shmem::shared_table();
     let defaults = shard_defaults();
+    let columns = read_columns();
     let mut findings = vec![
         health::preload(shmem::is_cluster()),
         health::lease(
@@ -59,8 +60,8 @@ fn shard_id_check() -> TableIterator<
         health::epoch(epoch, recorded_epoch()),
         newest_against_clock(shared, epoch, now),
         health::shard_numbers(&defaults),
-        data_floor_finding(epoch, now),
-        health::replication(enabled_subscriptions(), &replicated(), &defaults),
+        data_floor_finding(&columns, epoch, now),
+        health::replication(enabled_subscriptions(), &replicated(&columns), &defaults),
         health::publication(&publications_refusing_the_origin()),
     ];
     findings.extend(citus_findings());
@@ -122,16 +123,31 @@ fn newest_against_clock(
     )
 }
 
+/// A `next_shard_id` DEFAULT column and what reading its newest id gave.
+type Read = (data_floor::Column, Result<Option<i64>, CannotTell>);
+
+/// Every `next_shard_id` DEFAULT column of this database with its newest id, read once for the
+/// `data_floor` and `replication` rows.
+fn read_columns() -> Vec<Read> {
+    data_floor::columns_of(None)
+        .into_iter()
+        .map(|column| {
+            // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
+            let newest = unsafe { data_floor::newest_in(&column) };
+            (column, newest)
+        })
+        .collect()
+}
+
 /// The DEFAULT columns that hold rows whose newest id no index can tell, and those whose newest
 /// id is too far ahead to be a floor (`data_floor::PLAUSIBLE_AHEAD_MS`).
-fn data_floor_finding(epoch: i64, now_unix_ms: i64) -> Finding {
+fn data_floor_finding(columns: &[Read], epoch: i64, now_unix_ms: i64) -> Finding {
     let (mut unreadable, mut implausible) = (Vec::new(), Vec::new());
     let limit = now_unix_ms - epoch + data_floor::PLAUSIBLE_AHEAD_MS;
-    for column in data_floor::columns_of(None) {
-        // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
-        match unsafe { data_floor::newest_in(&column) } {
-            Err(CannotTell) => unreadable.push(column.name),
-            Ok(Some(id)) if id >= 0 && data_floor::ms_of(id) > limit => {
+    for (column, newest) in columns {
+        match newest {
+            Err(CannotTell) => unreadable.push(column.name.clone()),
+            Ok(Some(id)) if layout::ms_of(*id).is_ok_and(|ms| ms > limit) => {
                 implausible.push(format!("{} ({id})", column.name))
             }
             Ok(_) => {}
@@ -152,7 +168,7 @@ fn enabled_subscriptions() -> usize {
 
 /// The tables enabled subscriptions bring rows into that have a `next_shard_id` DEFAULT column,
 /// with the shard of the newest id they hold.
-fn replicated() -> Vec<Replicated> {
+fn replicated(columns: &[Read]) -> Vec<Replicated> {
     let subscribed: Vec<(String, pg_sys::Oid)> = Spi::connect(|client| {
         client
             .select(
@@ -175,16 +191,15 @@ fn replicated() -> Vec<Replicated> {
     if subscribed.is_empty() {
         return Vec::new();
     }
-    data_floor::columns_of(None)
-        .into_iter()
-        .filter_map(|c| {
+    columns
+        .iter()
+        .filter_map(|(c, newest)| {
             let (subscription, _) = subscribed.iter().find(|(_, rel)| *rel == c.relation)?;
-            // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
-            let newest = unsafe { data_floor::newest_in(&c) }.ok()??;
+            let newest = newest.as_ref().ok()?.as_ref()?;
             Some(Replicated {
                 subscription: subscription.clone(),
                 table: c.name.clone(),
-                shard: (newest >> SEQ_BITS) & MAX_SHARD,
+                shard: layout::shard_of(*newest).ok()?,
             })
         })
         .collect()

@@ -36,8 +36,10 @@
 
 use crate::errors::relation_name;
 use pg_shard_id_core::guard::MAX_LEAD_MS;
-use pg_shard_id_core::layout::{SEQ_BITS, SHARD_BITS};
+use pg_shard_id_core::layout::ms_of;
 use pg_shard_id_core::lease::LEASE_STEP_MS;
+use pg_shard_id_core::origin::floor_for_other_servers;
+use pg_shard_id_core::slots::{sequence_of, SlotKey, SlotTable};
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::prelude::*;
 
@@ -303,16 +305,26 @@ unsafe fn read_endpoint(
     }
 }
 
-/// The millisecond (since the epoch) of an id.
-pub fn ms_of(id: i64) -> i64 {
-    id >> (SHARD_BITS + SEQ_BITS)
-}
-
 /// How far ahead of the clock a stored id may be and still be taken as a floor: borrow's whole
 /// lead, one lease step, and an hour for a clock that is behind the one the id was made with. An
 /// id further ahead cannot have come from a guard (a hand-written id, another generator, masked
 /// values): one such row must not move every new id decades ahead, or past the layout.
 pub const PLAUSIBLE_AHEAD_MS: i64 = MAX_LEAD_MS + LEASE_STEP_MS + 3_600_000;
+
+/// Reads the data floor of `key`'s sequence now (`now_ms`: the clock in ms since the epoch) and
+/// tells its guard ([`SlotTable::settle_data_floor`]); returns the floor. The one way a guard
+/// learns its data floor: a fresh guard's first id (`crate::issue`) and `shard_id_resync`.
+pub fn settle(table: &SlotTable, key: SlotKey, epoch_unix_ms: i64, now_ms: i64) -> Option<i64> {
+    let floor = floor_for(
+        pg_sys::Oid::from(sequence_of(key)),
+        epoch_unix_ms,
+        now_ms,
+        floor_for_other_servers(now_ms),
+        table.elsewhere_floor(),
+    );
+    table.settle_data_floor(key, floor);
+    floor
+}
 
 /// Where a fresh guard of `sequence` must start (ms since the epoch), from the rows stored for it:
 /// one past the newest id's millisecond; 10 min 1 s ahead of the clock (`jump_ms`) when a column
@@ -320,7 +332,7 @@ pub const PLAUSIBLE_AHEAD_MS: i64 = MAX_LEAD_MS + LEASE_STEP_MS + 3_600_000;
 /// [`PLAUSIBLE_AHEAD_MS`] (not trusted, with a WARNING naming it); the database's floor for data
 /// made elsewhere (`elsewhere_floor`) when no column holds an id. Logs where ids start when that
 /// is ahead of the clock.
-pub fn floor_for(
+fn floor_for(
     sequence: pg_sys::Oid,
     epoch_unix_ms: i64,
     now_ms: i64,
@@ -333,7 +345,7 @@ pub fn floor_for(
     let mut jumped = false;
     match &stored.newest {
         Some((id, column))
-            if *id >= 0 && ms_of(*id) > now_ms.saturating_add(PLAUSIBLE_AHEAD_MS) =>
+            if ms_of(*id).is_ok_and(|ms| ms > now_ms.saturating_add(PLAUSIBLE_AHEAD_MS)) =>
         {
             ereport!(
                 PgLogLevel::WARNING,
@@ -349,7 +361,7 @@ pub fn floor_for(
             floor = Some(jump_ms);
             jumped = true;
         }
-        Some((id, _)) if *id >= 0 => floor = Some(ms_of(*id) + 1),
+        Some((id, _)) if ms_of(*id).is_ok() => floor = ms_of(*id).ok().map(|ms| ms + 1),
         _ => floor = floor.max(elsewhere_floor),
     }
     if !stored.unreadable.is_empty() {

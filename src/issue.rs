@@ -16,9 +16,8 @@
 use crate::{data_floor, errors, origin, shmem};
 use pg_shard_id_core::guard::{Decision, Overflow};
 use pg_shard_id_core::layout::LayoutError;
-use pg_shard_id_core::origin::floor_for_other_servers;
 use pg_shard_id_core::slot_cache::SlotCache;
-use pg_shard_id_core::slots::{sequence_of, SlotKey, SlotTable};
+use pg_shard_id_core::slots::{SlotKey, SlotTable};
 use std::sync::atomic::Ordering;
 
 /// The slot of each sequence this backend used recently, so that an id needs no lookup in the
@@ -155,15 +154,7 @@ impl<C: Fn() -> i64> Request<C> {
                 }
                 Decision::ReadDataFloor => {
                     // a fresh guard: its ids start above the rows already stored
-                    let now = (self.clock)();
-                    let floor = data_floor::floor_for(
-                        pgrx::pg_sys::Oid::from(sequence_of(self.key)),
-                        self.epoch_unix_ms,
-                        now,
-                        floor_for_other_servers(now),
-                        table.elsewhere_floor(),
-                    );
-                    table.settle_data_floor(self.key, floor);
+                    data_floor::settle(table, self.key, self.epoch_unix_ms, (self.clock)());
                     decision = self.ask_guard(table);
                 }
                 Decision::WaitUntilPast(ms) => {

@@ -1,7 +1,6 @@
 //! `shard_id_resync(seq)`: the data floor read again for a live guard, after rows were loaded into
 //! a table whose sequence is already issuing (`crate::data_floor` reads it for fresh guards).
 
-use crate::data_floor::floor_for;
 use crate::errors::relation_name;
 use pgrx::prelude::*;
 
@@ -32,7 +31,6 @@ CREATE FUNCTION shard_id_resync("seq" regclass) RETURNS timestamptz
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_resync_wrapper';
 "#)]
 fn shard_id_resync(seq: pg_sys::Oid) -> Option<TimestampWithTimeZone> {
-    use pg_shard_id_core::origin::floor_for_other_servers;
     use pg_shard_id_core::slots::slot_key;
     // SAFETY: catalog lookups by oid, inside a transaction.
     let (relkind, allowed) = unsafe {
@@ -66,15 +64,7 @@ fn shard_id_resync(seq: pg_sys::Oid) -> Option<TimestampWithTimeZone> {
     let key = slot_key(unsafe { pg_sys::MyDatabaseId }.to_u32(), seq.to_u32());
     // the guard forgets what it read (never what it issued), then reads the rows now
     table.forget_data_floor(key);
-    let now = crate::clock::now_since_epoch(epoch);
-    let floor = floor_for(
-        seq,
-        epoch,
-        now,
-        floor_for_other_servers(now),
-        table.elsewhere_floor(),
-    );
-    table.settle_data_floor(key, floor);
+    let floor = crate::data_floor::settle(&table, key, epoch, crate::clock::now_since_epoch(epoch));
     let micros = pg_shard_id_core::time::unix_ms_to_pg_micros(floor? + epoch)?;
     TimestampWithTimeZone::try_from(micros).ok()
 }
