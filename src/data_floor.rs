@@ -35,7 +35,7 @@
 //! Runs on the slow path only (inside pgrx's guard): SPI and catalog access, locks, ERRORs.
 
 use crate::errors::relation_name;
-use pg_shard_id_core::guard::MAX_LEAD_MS;
+use pg_shard_id_core::guard::{FloorRequest, MAX_LEAD_MS};
 use pg_shard_id_core::layout::ms_of;
 use pg_shard_id_core::lease::LEASE_STEP_MS;
 use pg_shard_id_core::origin::floor_for_other_servers;
@@ -312,9 +312,16 @@ unsafe fn read_endpoint(
 pub const PLAUSIBLE_AHEAD_MS: i64 = MAX_LEAD_MS + LEASE_STEP_MS + 3_600_000;
 
 /// Reads the data floor of `key`'s sequence now (`now_ms`: the clock in ms since the epoch) and
-/// tells its guard ([`SlotTable::settle_data_floor`]); returns the floor. The one way a guard
-/// learns its data floor: a fresh guard's first id (`crate::issue`) and `shard_id_resync`.
-pub fn settle(table: &SlotTable, key: SlotKey, epoch_unix_ms: i64, now_ms: i64) -> Option<i64> {
+/// answers its guard's `request` with it ([`SlotTable::settle_data_floor`]; `None`: no guard
+/// waits); returns the floor. The one way a guard learns its data floor: a fresh guard's first id
+/// (`crate::issue`) and `shard_id_resync`.
+pub fn settle(
+    table: &SlotTable,
+    key: SlotKey,
+    request: Option<FloorRequest>,
+    epoch_unix_ms: i64,
+    now_ms: i64,
+) -> Option<i64> {
     let floor = floor_for(
         pg_sys::Oid::from(sequence_of(key)),
         epoch_unix_ms,
@@ -322,7 +329,9 @@ pub fn settle(table: &SlotTable, key: SlotKey, epoch_unix_ms: i64, now_ms: i64) 
         floor_for_other_servers(now_ms),
         table.elsewhere_floor(),
     );
-    table.settle_data_floor(key, floor);
+    if let Some(request) = request {
+        table.settle_data_floor(key, request, floor);
+    }
     floor
 }
 

@@ -152,9 +152,10 @@ impl<C: Fn() -> i64> Request<C> {
                     }
                     return ms;
                 }
-                Decision::ReadDataFloor => {
+                Decision::ReadDataFloor(request) => {
                     // a fresh guard: its ids start above the rows already stored
-                    data_floor::settle(table, self.key, self.epoch_unix_ms, (self.clock)());
+                    let now = (self.clock)();
+                    data_floor::settle(table, self.key, Some(request), self.epoch_unix_ms, now);
                     decision = self.ask_guard(table);
                 }
                 Decision::WaitUntilPast(ms) => {

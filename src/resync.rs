@@ -20,7 +20,8 @@ use pgrx::prelude::*;
 /// of the clock when a column holds rows no index can tell about, or when the newest id is more
 /// than 1 h 10 min ahead and so not trusted), NULL when nothing is stored.
 /// The next ids start at it, or at the clock, or above what the guard issued before, whichever is
-/// latest.
+/// latest. A backend that began reading the rows before this call (its sequence's first id) cannot
+/// settle the guard with what it read: the guard waits for an answer to a new request.
 ///
 /// Errors: 42809 if `seq` is not a sequence; 42501 without UPDATE on it (as for `setval`). It
 /// reads rows the caller may not be allowed to SELECT (row security, no grant), and returns only
@@ -62,9 +63,12 @@ fn shard_id_resync(seq: pg_sys::Oid) -> Option<TimestampWithTimeZone> {
     let table = crate::shmem::table();
     // SAFETY: a backend global, set once at connection.
     let key = slot_key(unsafe { pg_sys::MyDatabaseId }.to_u32(), seq.to_u32());
-    // the guard forgets what it read (never what it issued), then reads the rows now
-    table.forget_data_floor(key);
-    let floor = crate::data_floor::settle(&table, key, epoch, crate::clock::now_since_epoch(epoch));
+    // the guard forgets what it read (never what it issued) and waits on a new request, which
+    // only a read begun from now on answers; then this reads the rows (no slot: the sequence's
+    // next id reads them itself)
+    let request = table.forget_data_floor(key);
+    let now = crate::clock::now_since_epoch(epoch);
+    let floor = crate::data_floor::settle(&table, key, request, epoch, now);
     let micros = pg_shard_id_core::time::unix_ms_to_pg_micros(floor? + epoch)?;
     TimestampWithTimeZone::try_from(micros).ok()
 }

@@ -33,6 +33,7 @@
 //! milliseconds since the id epoch (the id's own timestamp field).
 
 use crate::layout::{check_ms, LayoutError, MAX_SEQ, SEQ_VALUES};
+use std::num::NonZeroU64;
 
 /// What to do when the current millisecond has no free remainder left.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -78,8 +79,26 @@ pub enum Decision {
     /// same remainder.
     WaitUntilPast(i64),
     /// Nothing was issued: the guard is fresh and has not been told the newest id already stored
-    /// for its sequence. Read it, [`GuardState::settle_data_floor`], then ask again.
-    ReadDataFloor,
+    /// for its sequence. Read it, [`GuardState::settle_data_floor`] with this request, then ask
+    /// again.
+    ReadDataFloor(FloorRequest),
+}
+
+/// Which request for its data floor a guard waits on. A guard takes the answer to its current
+/// request only: a read begun before `shard_id_resync()` made the guard wait again (it may not
+/// see the rows just loaded), or before the guard's slot was given away and claimed again, cannot
+/// settle it. Numbered by the slot table, never reused while the server runs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FloorRequest(NonZeroU64);
+
+impl FloorRequest {
+    /// Request number `n` (`None` for 0, which means "no request").
+    pub const fn new(n: u64) -> Option<Self> {
+        match NonZeroU64::new(n) {
+            Some(n) => Some(FloorRequest(n)),
+            None => None,
+        }
+    }
 }
 
 const BITS_PER_WORD: usize = u64::BITS as usize;
@@ -131,9 +150,10 @@ pub struct GuardState {
     high: u64,
     /// Remainders already issued in `ms`, one bit each.
     used: [u64; WORDS],
-    /// 1 while the guard waits to be told the newest id stored for its sequence (its *data
-    /// floor*), which it must issue above: a fresh guard of a table that asks for data floors.
-    awaiting_data_floor: u64,
+    /// While the guard waits to be told the newest id stored for its sequence (its *data floor*),
+    /// which it must issue above, the number of the [`FloorRequest`] it waits on; 0: it does not
+    /// wait. A fresh guard of a table that asks for data floors waits.
+    data_floor_request: u64,
     /// The data floor it was told (ms since the epoch; [`i64::MIN`]: none, or none above the
     /// other floors), for `shard_id_check()` to say why ids run ahead of the clock.
     data_floor: i64,
@@ -156,7 +176,7 @@ impl GuardState {
             recovering: 0,
             high: 0,
             used: [0; WORDS],
-            awaiting_data_floor: 0,
+            data_floor_request: 0,
             data_floor: NEVER,
             counts: Counts {
                 ids: 0,
@@ -188,27 +208,28 @@ impl GuardState {
     /// already stored for its sequence ([`GuardState::settle_data_floor`]): until then every
     /// [`GuardState::issue`] answers [`Decision::ReadDataFloor`]. Ids copied in by logical
     /// replication, a dump or COPY carry no lease and (but for a `FOR ALL TABLES` publication) no
-    /// origin: the data itself is the only record of them.
-    pub const fn awaiting_data_floor(floor: i64) -> Self {
+    /// origin: the data itself is the only record of them. It waits on `request`.
+    pub const fn awaiting_data_floor(floor: i64, request: FloorRequest) -> Self {
         GuardState {
-            awaiting_data_floor: 1,
+            data_floor_request: request.0.get(),
             ..Self::with_floor(floor)
         }
     }
 
     /// Whether the guard waits for its data floor.
     pub fn is_awaiting_data_floor(&self) -> bool {
-        self.awaiting_data_floor != 0
+        self.data_floor_request != 0
     }
 
-    /// Tells a guard that waits for its data floor where its ids must start: at `floor` (ms since
-    /// the epoch; one above the newest stored id's millisecond) or later; `None`: nothing is
-    /// stored. A guard that does not wait (another caller settled it first) is left as it is.
-    pub fn settle_data_floor(&mut self, floor: Option<i64>) {
-        if self.awaiting_data_floor == 0 {
+    /// Answers `request`: tells a guard that waits on it where its ids must start: at `floor` (ms
+    /// since the epoch; one above the newest stored id's millisecond) or later; `None`: nothing is
+    /// stored. A guard that waits on no request (another caller settled it first), or on a later
+    /// one, is left as it is.
+    pub fn settle_data_floor(&mut self, request: FloorRequest, floor: Option<i64>) {
+        if self.data_floor_request != request.0.get() {
             return;
         }
-        self.awaiting_data_floor = 0;
+        self.data_floor_request = 0;
         if let Some(floor) = floor.filter(|&f| f > self.ms) {
             self.start_ms(floor);
             self.recovering = 1;
@@ -239,8 +260,8 @@ impl GuardState {
         overflow: Overflow,
     ) -> Result<Decision, LayoutError> {
         debug_assert!(i64::from(remainder) <= MAX_SEQ);
-        if self.awaiting_data_floor != 0 {
-            return Ok(Decision::ReadDataFloor);
+        if let Some(request) = FloorRequest::new(self.data_floor_request) {
+            return Ok(Decision::ReadDataFloor(request));
         }
         check_ms(now)?;
         let clock_stepped_back_by =
@@ -351,21 +372,32 @@ mod tests {
     fn ms_of(d: Decision) -> Option<i64> {
         match d {
             Decision::Issue { ms, .. } => Some(ms),
-            Decision::WaitUntilPast(_) | Decision::ReadDataFloor => None,
+            Decision::WaitUntilPast(_) | Decision::ReadDataFloor(_) => None,
         }
     }
 
     #[test]
     fn a_guard_awaiting_its_data_floor_issues_nothing_until_told() {
         const TABLE_FLOOR: i64 = 1_000;
+        let request = FloorRequest::new(7).unwrap();
         for overflow in [Overflow::Wait, Overflow::Borrow] {
-            let mut g = GuardState::awaiting_data_floor(TABLE_FLOOR);
+            let mut g = GuardState::awaiting_data_floor(TABLE_FLOOR, request);
             assert!(g.is_awaiting_data_floor());
             for _ in 0..3 {
-                assert_eq!(g.issue(500, 7, overflow).unwrap(), Decision::ReadDataFloor);
+                assert_eq!(
+                    g.issue(500, 7, overflow).unwrap(),
+                    Decision::ReadDataFloor(request)
+                );
             }
+            // an answer to another request (a read begun before the guard waited on this one)
+            // settles nothing
+            g.settle_data_floor(FloorRequest::new(6).unwrap(), Some(2_000));
+            assert_eq!(
+                g.issue(500, 7, overflow).unwrap(),
+                Decision::ReadDataFloor(request)
+            );
             // told: the newest stored id is at 4_999, so ids start at 5_000, ahead of the clock
-            g.settle_data_floor(Some(5_000));
+            g.settle_data_floor(request, Some(5_000));
             assert_eq!(g.data_floor(), Some(5_000));
             assert_eq!(issued(&mut g, 500, 7, overflow), 5_000, "{overflow:?}");
             assert_eq!(
@@ -374,19 +406,19 @@ mod tests {
                 "recovering: moves on at once, never waits for a clock 4.5 s behind"
             );
             // a second caller that read the data too changes nothing
-            g.settle_data_floor(Some(9_000));
+            g.settle_data_floor(request, Some(9_000));
             assert_eq!(issued(&mut g, 500, 8, overflow), 5_001);
         }
         // nothing stored, or stored below the table's floor: the table's floor holds
         for data in [None, Some(10)] {
-            let mut g = GuardState::awaiting_data_floor(TABLE_FLOOR);
-            g.settle_data_floor(data);
+            let mut g = GuardState::awaiting_data_floor(TABLE_FLOOR, request);
+            g.settle_data_floor(request, data);
             assert_eq!(g.data_floor(), None);
             assert_eq!(issued(&mut g, 500, 1, Overflow::Wait), TABLE_FLOOR);
         }
         // no table floor at all, data behind the clock: ids at the clock
-        let mut g = GuardState::awaiting_data_floor(NEVER);
-        g.settle_data_floor(Some(400));
+        let mut g = GuardState::awaiting_data_floor(NEVER, request);
+        g.settle_data_floor(request, Some(400));
         assert_eq!(issued(&mut g, 500, 1, Overflow::Wait), 500);
     }
 
@@ -400,9 +432,10 @@ mod tests {
             clock in 0i64..100_000,
             remainders in proptest::collection::vec(0u16..1024, 1..200),
         ) {
-            let mut g = GuardState::awaiting_data_floor(table_floor);
-            prop_assert_eq!(g.issue(clock, 0, Overflow::Wait).unwrap(), Decision::ReadDataFloor);
-            g.settle_data_floor(data_floor);
+            let request = FloorRequest::new(1).unwrap();
+            let mut g = GuardState::awaiting_data_floor(table_floor, request);
+            prop_assert_eq!(g.issue(clock, 0, Overflow::Wait).unwrap(), Decision::ReadDataFloor(request));
+            g.settle_data_floor(request, data_floor);
             let floor = table_floor.max(data_floor.unwrap_or(NEVER)).max(clock);
             for r in remainders {
                 let ms = loop {
@@ -648,7 +681,7 @@ mod tests {
                     match g.issue(clock, r, Overflow::Wait).unwrap() {
                         Decision::Issue { ms, .. } => break (ms, r),
                         Decision::WaitUntilPast(_) => clock += 1,
-                        Decision::ReadDataFloor => unreachable!("a new guard waits for no data"),
+                        Decision::ReadDataFloor(_) => unreachable!("a new guard waits for no data"),
                     }
                 }
             })
@@ -742,7 +775,7 @@ mod tests {
                             prop_assert!(ms >= clock, "asked to wait for a clock already past {}", ms);
                             clock += 1; // the caller waits for the clock to tick
                         }
-                        Decision::ReadDataFloor => unreachable!("a new guard waits for no data"),
+                        Decision::ReadDataFloor(_) => unreachable!("a new guard waits for no data"),
                     }
                 };
                 prop_assert!(ms >= last, "millisecond went back from {} to {}", last, ms);

@@ -2,7 +2,7 @@
 //! extension reads from the sequence's DEFAULT columns (`src/data_floor.rs`) before the first id.
 
 use super::{SlotKey, SlotTable};
-use crate::guard::GuardState;
+use crate::guard::{FloorRequest, GuardState};
 use std::sync::atomic::Ordering;
 
 impl SlotTable {
@@ -11,40 +11,58 @@ impl SlotTable {
     /// its sequence: it answers [`crate::guard::Decision::ReadDataFloor`] and the caller reads the data and
     /// calls [`SlotTable::settle_data_floor`]. The extension's tables do; tests choose.
     pub fn ask_for_data_floors(&self) {
-        self.header().data_floors.store(1, Ordering::Relaxed);
+        // request numbers start at 1; asking twice changes nothing
+        let _ = self.header().data_floor_requests.compare_exchange(
+            0,
+            1,
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
     }
 
-    /// Tells `key`'s guard, if it still has a slot and waits for its data floor, that its ids
-    /// must start at `floor` (ms since the epoch) or later; `None`: nothing is stored. A guard
-    /// given away meanwhile gets a fresh slot at its next id and asks again.
-    pub fn settle_data_floor(&self, key: SlotKey, floor: Option<i64>) {
+    /// A new request number for a guard that is to wait for its data floor, if the table asks
+    /// for data floors. Unique while the server runs (2^64 requests).
+    pub(super) fn next_floor_request(&self) -> Option<FloorRequest> {
+        let requests = &self.header().data_floor_requests;
+        if requests.load(Ordering::Relaxed) == 0 {
+            return None;
+        }
+        FloorRequest::new(requests.fetch_add(1, Ordering::Relaxed))
+    }
+
+    /// Answers `request` of `key`'s guard: if it still has its slot and waits on that request,
+    /// its ids must start at `floor` (ms since the epoch) or later; `None`: nothing is stored. A
+    /// guard given away meanwhile gets a fresh slot, and a new request, at its next id; a guard
+    /// made to wait again (`shard_id_resync()`) waits on a new request.
+    pub fn settle_data_floor(&self, key: SlotKey, request: FloorRequest, floor: Option<i64>) {
         let Some(index) = self.find(key) else { return };
         let slot = self.slot(index);
         let _lock = slot.lock.lock();
         if slot.key.load(Ordering::Relaxed) == key {
             // SAFETY: the slot's lock is held.
-            unsafe { (*slot.state.get()).settle_data_floor(floor) };
+            unsafe { (*slot.state.get()).settle_data_floor(request, floor) };
         }
     }
 
-    /// Makes `key`'s guard, if it has a slot, wait for its data floor again before its next id
-    /// (rows were loaded into a live table: `shard_id_resync()`). Returns whether it had a slot.
-    pub fn forget_data_floor(&self, key: SlotKey) -> bool {
-        let Some(index) = self.find(key) else {
-            return false;
-        };
+    /// Makes `key`'s guard, if it has a slot and the table asks for data floors, wait for its
+    /// data floor again before its next id (rows were loaded into a live table:
+    /// `shard_id_resync()`), on a new request, which it returns: reads begun before now answer
+    /// older requests and settle nothing.
+    pub fn forget_data_floor(&self, key: SlotKey) -> Option<FloorRequest> {
+        let index = self.find(key)?;
         let slot = self.slot(index);
         let _lock = slot.lock.lock();
         if slot.key.load(Ordering::Relaxed) != key {
-            return false;
+            return None;
         }
+        let request = self.next_floor_request()?;
         // SAFETY: the slot's lock is held.
         let state = unsafe { &mut *slot.state.get() };
         let counts = state.counts;
         // one past the last millisecond issued: its used remainders are forgotten with the rest
         let floor = state.last_ms().map_or(i64::MIN, |ms| ms.saturating_add(1));
-        *state = GuardState::awaiting_data_floor(floor);
+        *state = GuardState::awaiting_data_floor(floor, request);
         state.counts = counts;
-        true
+        Some(request)
     }
 }

@@ -80,8 +80,9 @@ struct Header {
     refused_epoch: AtomicI64,
     /// The floor under fresh guards, in the guards' units (ms since the epoch); `i64::MIN`: none.
     floor: AtomicI64,
-    /// 1 when fresh guards wait for their data floor ([`SlotTable::ask_for_data_floors`]).
-    data_floors: AtomicU64,
+    /// 0, or (fresh guards wait for their data floor: [`SlotTable::ask_for_data_floors`]) the
+    /// next [`crate::guard::FloorRequest`]'s number.
+    data_floor_requests: AtomicU64,
     /// The data floor of sequences that no column's DEFAULT draws from, in a database whose ids
     /// were made by another server or database (ms since the epoch; `i64::MIN`: none).
     elsewhere_floor: AtomicI64,
@@ -153,7 +154,7 @@ impl SlotTable {
                 lease: AtomicI64::new(i64::MIN),
                 refused_epoch: AtomicI64::new(i64::MIN),
                 floor: AtomicI64::new(i64::MIN),
-                data_floors: AtomicU64::new(0),
+                data_floor_requests: AtomicU64::new(0),
                 elsewhere_floor: AtomicI64::new(i64::MIN),
                 claim_lock: SpinLock::new(),
             });
@@ -326,10 +327,9 @@ impl SlotTable {
     /// held, and the claim lock (keys change only under it).
     fn hand_over(&self, slot: &Slot, key: SlotKey) {
         let floor = self.floor();
-        let fresh = if self.header().data_floors.load(Ordering::Relaxed) != 0 {
-            GuardState::awaiting_data_floor(floor)
-        } else {
-            GuardState::with_floor(floor)
+        let fresh = match self.next_floor_request() {
+            Some(request) => GuardState::awaiting_data_floor(floor, request),
+            None => GuardState::with_floor(floor),
         };
         // SAFETY: the slot's lock is held.
         unsafe { *slot.state.get() = fresh };

@@ -2,7 +2,7 @@
 //! threads standing in for backends.
 
 use super::*;
-use crate::guard::Counts;
+use crate::guard::{Counts, FloorRequest};
 use crate::layout::{seq_field, SEQ_VALUES};
 use proptest::prelude::*;
 use std::collections::HashSet;
@@ -17,6 +17,14 @@ fn issue_now(t: &SlotTable, key: SlotKey, r: u16, now: i64) -> i64 {
     }
 }
 
+/// The request a decision asks the caller to read the data floor for.
+fn floor_request(d: Result<Decision, crate::layout::LayoutError>) -> FloorRequest {
+    match d.unwrap() {
+        Decision::ReadDataFloor(request) => request,
+        other => panic!("expected a request for the data floor, got {other:?}"),
+    }
+}
+
 #[test]
 fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
     let owned = OwnedSlotTable::new(WINDOW_SLOTS);
@@ -24,25 +32,23 @@ fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
     t.ask_for_data_floors();
     let key = slot_key(1, 100);
     let (index, d) = t.issue(None, key, 0, Overflow::Wait, || 50);
-    assert_eq!(d.unwrap(), Decision::ReadDataFloor);
+    let request = floor_request(d);
     assert_eq!(
-        t.issue(Some(index), key, 0, Overflow::Wait, || 50)
-            .1
-            .unwrap(),
-        Decision::ReadDataFloor
+        floor_request(t.issue(Some(index), key, 0, Overflow::Wait, || 50).1),
+        request,
+        "asked again, the same request"
     );
-    t.settle_data_floor(key, Some(3_000));
+    t.settle_data_floor(key, request, Some(3_000));
     assert_eq!(issue_now(t, key, 0, 50), 3_000);
     assert_eq!(t.stats()[0].data_floor, Some(3_000));
     // rows loaded into the live table later: asked again, and never below what it issued
-    assert!(t.forget_data_floor(key));
+    let again = t.forget_data_floor(key).unwrap();
+    assert_ne!(again, request);
     assert_eq!(
-        t.issue(Some(index), key, 1, Overflow::Wait, || 50)
-            .1
-            .unwrap(),
-        Decision::ReadDataFloor
+        floor_request(t.issue(Some(index), key, 1, Overflow::Wait, || 50).1),
+        again
     );
-    t.settle_data_floor(key, None);
+    t.settle_data_floor(key, again, None);
     assert_eq!(
         issue_now(t, key, 0, 50),
         3_001,
@@ -51,13 +57,16 @@ fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
     // every other key of the window evicts it; coming back, it asks again
     for seq in 0..WINDOW_SLOTS as u32 {
         let other = slot_key(2, 1_000 + seq);
-        if t.issue(None, other, 0, Overflow::Wait, || 60).1.unwrap() == Decision::ReadDataFloor {
-            t.settle_data_floor(other, None);
+        if let Decision::ReadDataFloor(r) =
+            t.issue(None, other, 0, Overflow::Wait, || 60).1.unwrap()
+        {
+            t.settle_data_floor(other, r, None);
         }
     }
     let (_, d) = t.issue(None, key, 2, Overflow::Wait, || 60);
-    assert_eq!(d.unwrap(), Decision::ReadDataFloor);
-    t.settle_data_floor(key, None);
+    let reclaimed = floor_request(d);
+    assert!(reclaimed != request && reclaimed != again);
+    t.settle_data_floor(key, reclaimed, None);
     assert!(
         issue_now(t, key, 2, 60) > 3_000,
         "the eviction's floor is above what it issued"
@@ -65,6 +74,54 @@ fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
     // a table that does not ask (the core tests' default) issues at once
     let plain = OwnedSlotTable::new(4);
     assert_eq!(issue_now(plain.table(), key, 0, 50), 50);
+    assert_eq!(plain.table().forget_data_floor(key), None);
+}
+
+/// shard_id_resync() against a backend whose read began before the load committed: the backend's
+/// read (stale: it saw no loaded row) must not settle the guard that resync made wait again, or
+/// the next ids start below the loaded rows.
+#[test]
+fn a_read_begun_before_a_resync_does_not_settle_the_guard_it_made_wait() {
+    let owned = OwnedSlotTable::new(WINDOW_SLOTS);
+    let t = owned.table();
+    t.ask_for_data_floors();
+    let key = slot_key(1, 100);
+    // backend A's first id: it is told to read, and reads the rows before the load commits
+    let a = floor_request(t.issue(None, key, 0, Overflow::Wait, || 50).1);
+    let stale = Some(2_001);
+    // the load commits rows up to 9_000 ms; shard_id_resync() makes the guard wait, and reads
+    let resync = t.forget_data_floor(key).unwrap();
+    let fresh = Some(9_001);
+    // A settles first with what it read before the load, then resync with what it read after
+    t.settle_data_floor(key, a, stale);
+    t.settle_data_floor(key, resync, fresh);
+    assert_eq!(issue_now(t, key, 0, 50), 9_001);
+}
+
+/// The same with the slot given away while A reads: the key's guard, claimed again, waits on a
+/// new request, which only a read begun after the claim answers.
+#[test]
+fn a_read_begun_before_the_slot_was_given_away_does_not_settle_its_next_guard() {
+    let owned = OwnedSlotTable::new(WINDOW_SLOTS);
+    let t = owned.table();
+    t.ask_for_data_floors();
+    let key = slot_key(1, 100);
+    let a = floor_request(t.issue(None, key, 0, Overflow::Wait, || 50).1);
+    for seq in 0..WINDOW_SLOTS as u32 {
+        let other = slot_key(2, 1_000 + seq);
+        // used later than A's key (at 60): A's slot is the least recently used
+        let r = floor_request(t.issue(None, other, 0, Overflow::Wait, || 60).1);
+        t.settle_data_floor(other, r, None);
+    }
+    let b = floor_request(t.issue(None, key, 0, Overflow::Wait, || 60).1);
+    assert_ne!(a, b);
+    t.settle_data_floor(key, a, Some(2_001));
+    assert_eq!(
+        floor_request(t.issue(None, key, 0, Overflow::Wait, || 60).1),
+        b
+    );
+    t.settle_data_floor(key, b, Some(9_001));
+    assert_eq!(issue_now(t, key, 0, 60), 9_001);
 }
 
 #[test]
@@ -317,8 +374,8 @@ fn concurrent_backends_never_repeat_while_others_churn_the_table() {
                         let k = slot_key(9, 1 + thread * 1_000_000 + n);
                         let (_, d) =
                             t.issue(None, k, 0, overflow, || clock.load(Ordering::Relaxed));
-                        if d.unwrap() == Decision::ReadDataFloor {
-                            t.settle_data_floor(k, None);
+                        if let Decision::ReadDataFloor(r) = d.unwrap() {
+                            t.settle_data_floor(k, r, None);
                         }
                     }
                     n
@@ -352,7 +409,7 @@ fn concurrent_backends_never_repeat_while_others_churn_the_table() {
                                 Decision::WaitUntilPast(_) => {
                                     clock.fetch_add(1, Ordering::Relaxed);
                                 }
-                                Decision::ReadDataFloor => t.settle_data_floor(key, None),
+                                Decision::ReadDataFloor(r) => t.settle_data_floor(key, r, None),
                             }
                         };
                         out.push((ms, r));
