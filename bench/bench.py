@@ -12,6 +12,8 @@ import subprocess
 import sys
 import time
 
+from benchlib import alternated_pairs, clock_read_ns, insert_script, median_ci, pgbench_tps, psql, timed
+
 SMOKE = "--smoke" in sys.argv
 OUT = sys.argv[sys.argv.index("--out") + 1]
 N_GEN = 20_000 if SMOKE else 2_000_000
@@ -27,33 +29,8 @@ N_DECODE = 20_000 if SMOKE else 2_000_000
 RUNS = 3
 
 
-def psql(sql, db="bench"):
-    return subprocess.run(["psql", "-X", "-q", "-At", "-v", "ON_ERROR_STOP=1", "-d", db, "-c", sql],
-                          check=True, capture_output=True, text=True).stdout.strip()
-
-
-def timed(sql, setup=""):
-    """Wall time of `sql` in a fresh session, measured by the server (EXPLAIN ANALYZE would add
-    instrumentation cost, so use clock_timestamp() around it in one DO-free script)."""
-    script = f"{setup}\n\\timing on\n{sql};\n"
-    out = subprocess.run(["psql", "-X", "-q", "-d", "bench", "-v", "ON_ERROR_STOP=1"], input=script,
-                         check=True, capture_output=True, text=True).stdout
-    return float(re.findall(r"Time: ([0-9.]+) ms", out)[-1]) / 1000.0
-
-
 def median_of(f):
     return statistics.median(f() for _ in range(RUNS))
-
-
-def median_ci(values, level=0.95):
-    """Distribution-free confidence interval of the median: the order statistics x(k) and
-    x(n+1-k) for the largest k with P(Binomial(n, 1/2) < k) <= (1 - level) / 2. Assumes only
-    that the values are independent draws of one distribution; returns (low, high, coverage)."""
-    from math import comb
-    xs, n = sorted(values), len(values)
-    below = lambda k: sum(comb(n, i) for i in range(k)) / 2 ** n  # P(B < k)
-    k = max([k for k in range(1, n // 2 + 1) if below(k) <= (1 - level) / 2], default=1)
-    return xs[k - 1], xs[n - k], 1 - 2 * below(k)
 
 
 def lease_records(since_lsn):
@@ -128,11 +105,7 @@ for g in generation:
 # What one read of the wall clock costs on this machine (bench/clock_cost.c, the call the extension
 # makes per id): no generator that stamps each id with the current millisecond can cost less
 # above nextval() than that.
-clock_cost = os.path.join(os.environ["PGHOST"], "clock_cost")
-subprocess.run(["cc", "-O2", "-o", clock_cost, os.path.join(os.path.dirname(__file__), "clock_cost.c")],
-               check=True)
-results["clock_read_ns"] = statistics.median(
-    float(subprocess.run([clock_cost], check=True, capture_output=True, text=True).stdout) for _ in range(RUNS))
+results["clock_read_ns"] = clock_read_ns(os.environ["PGHOST"], RUNS)
 print(f"  one clock_gettime(CLOCK_REALTIME): {results['clock_read_ns']:.1f} ns", flush=True)
 # next_shard_id's own cost: what a call costs beyond the nextval() it makes (borrow: not capped)
 borrow = next(g for g in generation if g["name"] == "next_shard_id, borrow")
@@ -181,24 +154,8 @@ TABLES = [
 if HAS_UUIDV7:
     TABLES.append(("uuidv7()", "id uuid PRIMARY KEY DEFAULT uuidv7()"))
 psql("CREATE SEQUENCE IF NOT EXISTS tps_seq")
-scripts = []
-for i, (name, column) in enumerate(TABLES):
-    table = f"tps_{i}"
-    # every run starts from an empty table, so autovacuum has nothing to do but add noise
-    psql(f"DROP TABLE IF EXISTS {table}; "
-         f"CREATE TABLE {table} ({column}, payload int) WITH (autovacuum_enabled = off)")
-    script = os.path.join(os.environ["PGHOST"], f"{table}.sql")
-    with open(script, "w") as f:
-        f.write(f"INSERT INTO {table} DEFAULT VALUES;\n")
-    scripts.append((table, script))
-
-
-def pgbench_tps(table, script, seconds=PGBENCH_SECONDS, protocol="simple"):
-    # every run starts alike: an empty table and no checkpoint debt
-    psql(f"TRUNCATE {table}; CHECKPOINT")
-    out = subprocess.run(["pgbench", "-n", "-M", protocol, "-c", "2", "-j", "2", "-T", str(seconds), "-f", script,
-                          "bench"], check=True, capture_output=True, text=True).stdout
-    return float(re.search(r"tps = ([0-9.]+)", out).group(1))
+# every run starts from an empty table, so autovacuum has nothing to do but add noise
+scripts = [insert_script(f"tps_{i}", column) for i, (_, column) in enumerate(TABLES)]
 
 
 # Rounds: each runs every generator once, one after the other, so that drift in the machine hits
@@ -207,7 +164,7 @@ def pgbench_tps(table, script, seconds=PGBENCH_SECONDS, protocol="simple"):
 runs = [[] for _ in TABLES]
 for _ in range(INSERT_ROUNDS):
     for i, (table, script) in enumerate(scripts):
-        runs[i].append(pgbench_tps(table, script))
+        runs[i].append(pgbench_tps(table, script, PGBENCH_SECONDS))
 inserts = []
 for (name, _), tps_runs in zip(TABLES, runs):
     ratios = [t / b for t, b in zip(tps_runs, runs[0])]
@@ -224,12 +181,7 @@ results["inserts"] = inserts
 # and once with prepared statements, as most drivers send them, where the plan is kept.
 close = []
 for protocol in ("simple", "prepared"):
-    pair_ratios = []
-    for k in range(CLOSE_PAIRS):
-        tps = {}
-        for i in ((0, 1) if k % 2 == 0 else (1, 0)):
-            tps[i] = pgbench_tps(*scripts[i], seconds=CLOSE_SECONDS, protocol=protocol)
-        pair_ratios.append(tps[1] / tps[0])
+    pair_ratios = alternated_pairs(scripts[0], scripts[1], CLOSE_PAIRS, CLOSE_SECONDS, protocol)
     low, high, coverage = median_ci(pair_ratios)
     close.append({"name": f"{TABLES[1][0]}, {protocol} protocol", "protocol": protocol,
                   "pairs": CLOSE_PAIRS, "seconds": CLOSE_SECONDS, "ratios": pair_ratios,

@@ -163,6 +163,48 @@ install_extension() {
     install_tree "$stage"
 }
 
+# release_build COMMIT: prints the folder holding an earlier release's package files (lib/ and
+# extension/), built from COMMIT for the selected PostgreSQL with `cargo pgrx package`, as
+# scripts/package.sh builds. A build takes minutes, so it is cached, like the PostgreSQL wheels,
+# in $PG_WHEEL_CACHE/releases/COMMIT-pgMAJOR (full commit id) and used when there. The package
+# test (its previous release), bench/cost_compare.sh and bench/speed_compare.sh use it.
+release_build() {
+    local commit
+    commit="$(git -C "$REPO" rev-parse --verify -q "$1^{commit}")" ||
+        { echo "commit $1 is not in this clone (a shallow one?)" >&2; return 1; }
+    local dir="$PG_WHEEL_CACHE/releases/$commit-pg$PG_MAJOR"
+    if ! [ -f "$dir/lib/pg_shard_id.so" ]; then
+        local src="$RUN_DIR/release-src" stage="$RUN_DIR/release-stage" log="$RUN_DIR/release-${commit:0:7}-$PG_MAJOR.log"
+        local pkglib extdir
+        pkglib="$("$PG_CONFIG" --pkglibdir)" extdir="$("$PG_CONFIG" --sharedir)/extension"
+        say "building pg_shard_id ${commit:0:7} for PostgreSQL $PG_MAJOR (minutes, once)" >&2
+        rm -rf "$src" "$stage" && mkdir -p "$src"
+        git -C "$REPO" archive "$commit" | tar -x -C "$src"
+        # its own target folder: the same crate names in the repository's would mix the two builds
+        (cd "$src" && CARGO_TARGET_DIR="$REPO/target/previous-release" cargo pgrx package \
+            --pg-config "$PG_CONFIG" --no-default-features --features "pg$PG_MAJOR" --out-dir "$stage") \
+            >"$log" 2>&1 || { tail -30 "$log" >&2; return 1; }
+        rm -rf "$dir.tmp" && mkdir -p "$dir.tmp/lib" "$dir.tmp/extension"
+        cp "$stage$pkglib/pg_shard_id.so" "$dir.tmp/lib/"
+        cp "$stage$extdir"/pg_shard_id* "$dir.tmp/extension/"
+        chmod -R a+rX "$dir.tmp"
+        mv "$dir.tmp" "$dir"
+        rm -rf "$src" "$stage"
+    fi
+    echo "$dir"
+}
+
+# install_release_build DIR: a release_build's library, control file and scripts, each file new
+# then renamed into place (install_tree)
+install_release_build() {
+    local stage="$RUN_DIR/release-install"
+    rm -rf "$stage" && mkdir -p "$stage$("$PG_CONFIG" --pkglibdir)" "$stage$("$PG_CONFIG" --sharedir)/extension"
+    cp "$1"/lib/* "$stage$("$PG_CONFIG" --pkglibdir)/"
+    cp "$1"/extension/* "$stage$("$PG_CONFIG" --sharedir)/extension/"
+    install_tree "$stage"
+    rm -rf "$stage"
+}
+
 # install_tree STAGE: puts every file of STAGE (a tree of absolute paths, as `cargo pgrx package`
 # and the .deb lay them out) at its path, each as a complete new file renamed over the old one.
 # A server that has the old library mapped keeps the old file until it restarts; rewriting the

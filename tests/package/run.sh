@@ -45,42 +45,14 @@ install_package() {
 }
 
 # The previous release, which the live install upgrades from, built from its release commit (the
-# last commit of 0.4.0: its CHANGELOG has [0.4.0] as released; 0.3.0 was 0b3df35) with cargo pgrx
-# package, as scripts/package.sh builds. A build takes minutes, so its
-# library, control file and install script are cached, like the PostgreSQL wheels, in
-# $PG_WHEEL_CACHE/previous-release/COMMIT-pgMAJOR (keyed by commit and major) and used when there.
+# last commit of 0.4.0: its CHANGELOG has [0.4.0] as released; 0.3.0 was 0b3df35), once per
+# machine (release_build, scripts/lib.sh).
 PREVIOUS_VERSION=0.4.0
 PREVIOUS_COMMIT=b97dbcdcccb9d1e19926ec36c4ee09b76a2779d5
-PREVIOUS_DIR="$PG_WHEEL_CACHE/previous-release/$PREVIOUS_COMMIT-pg$PG_MAJOR"
-ensure_previous_release() {
-    [ -f "$PREVIOUS_DIR/lib/pg_shard_id.so" ] && return 0
-    local src="$RUN_DIR/previous-release-src" stage="$RUN_DIR/previous-release-stage"
-    local log="$RUN_DIR/previous-release-$PG_MAJOR.log"
-    git -C "$REPO" cat-file -e "$PREVIOUS_COMMIT^{commit}" 2>/dev/null ||
-        { echo "commit $PREVIOUS_COMMIT ($PREVIOUS_VERSION) is not in this clone (a shallow one?)" >&2; return 1; }
-    say "building pg_shard_id $PREVIOUS_VERSION (${PREVIOUS_COMMIT:0:7}) for PostgreSQL $PG_MAJOR, once"
-    rm -rf "$src" "$stage" && mkdir -p "$src"
-    git -C "$REPO" archive "$PREVIOUS_COMMIT" | tar -x -C "$src"
-    # its own target folder: the same crate names in the repository's would mix the two builds
-    (cd "$src" && CARGO_TARGET_DIR="$REPO/target/previous-release" cargo pgrx package \
-        --pg-config "$PG_CONFIG" --no-default-features --features "pg$PG_MAJOR" --out-dir "$stage") \
-        >"$log" 2>&1 || { tail -30 "$log"; return 1; }
-    rm -rf "$PREVIOUS_DIR.tmp" && mkdir -p "$PREVIOUS_DIR.tmp/lib" "$PREVIOUS_DIR.tmp/extension"
-    cp "$stage$PKGLIB/pg_shard_id.so" "$PREVIOUS_DIR.tmp/lib/"
-    cp "$stage$EXT_DIR"/pg_shard_id* "$PREVIOUS_DIR.tmp/extension/"
-    chmod -R a+rX "$PREVIOUS_DIR.tmp"
-    mv "$PREVIOUS_DIR.tmp" "$PREVIOUS_DIR"
-    rm -rf "$src" "$stage"
-}
-# install_previous_release: the previous release alone, each file new then renamed (install_tree)
+# install_previous_release: the previous release alone
 install_previous_release() {
-    local stage="$RUN_DIR/previous-release-install"
-    rm -rf "$stage" && mkdir -p "$stage$PKGLIB" "$stage$EXT_DIR"
-    cp "$PREVIOUS_DIR"/lib/* "$stage$PKGLIB/"
-    cp "$PREVIOUS_DIR"/extension/* "$stage$EXT_DIR/"
     remove_installed_files
-    install_tree "$stage"
-    rm -rf "$stage"
+    install_release_build "$PREVIOUS_DIR"
 }
 extversion() { q -c "SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'"; }
 # draw PHASE: inserts 1,000 rows into table t, ids from its DEFAULT, in a new connection; prints
@@ -92,7 +64,7 @@ draw() { q -c "WITH i AS (INSERT INTO t (phase) SELECT $1 FROM generate_series(1
 # DEFAULT draws ids from it. The package is installed under it (it replaces the library file; the
 # server keeps the file it mapped until it restarts, where an in-place copy crashed it), new
 # connections still draw ids, then the restart and ALTER EXTENSION UPDATE of README "Upgrade".
-ensure_previous_release
+PREVIOUS_DIR="$(release_build "$PREVIOUS_COMMIT")"
 say "installing the package under a running server that has $PREVIOUS_VERSION preloaded"
 install_previous_release
 start_cluster live yes
