@@ -24,7 +24,8 @@ use std::sync::atomic::Ordering;
 /// * `clock`: the newest id issued since start-up against the clock;
 /// * `shard_numbers`: one shard number in `next_shard_id(seq, N)` DEFAULTs with two sequences;
 /// * `data_floor`: DEFAULT columns that hold rows without an index on the id (a sequence's first
-///   id then starts 10 minutes ahead instead of right above the rows);
+///   id then starts 10 minutes ahead instead of right above the rows), or an id too far ahead to
+///   be a floor (shown only to a caller with SELECT on the table and no row security on it);
 /// * `replication`: tables this database receives through an enabled subscription whose newest
 ///   id has a shard number this server's DEFAULTs issue too;
 /// * `publication`: a publication that publishes deletes of `_pg_shard_id.origin` while it has no
@@ -148,12 +149,33 @@ fn data_floor_finding(columns: &[Read], epoch: i64, now_unix_ms: i64) -> Finding
         match newest {
             Err(CannotTell) => unreadable.push(column.name.clone()),
             Ok(Some(id)) if layout::ms_of(*id).is_ok_and(|ms| ms > limit) => {
-                implausible.push(format!("{} ({id})", column.name))
+                implausible.push(if caller_may_read(column.relation) {
+                    format!("{} ({id})", column.name)
+                } else {
+                    column.name.clone()
+                })
             }
             Ok(_) => {}
         }
     }
     health::data_floor(&unreadable, &implausible)
+}
+
+/// Whether the caller may read every row of `relation`: SELECT on the table, and no row security
+/// that applies to the caller. The check reads indexes as the extension, so a stored id is shown
+/// only to a caller who could have selected it (any caller may run `shard_id_check()`).
+fn caller_may_read(relation: pg_sys::Oid) -> bool {
+    // SAFETY: catalog lookups by oid inside a transaction; check_enable_rls with noError = true
+    // raises nothing.
+    unsafe {
+        pg_sys::pg_class_aclcheck(
+            relation,
+            pg_sys::GetUserId(),
+            pg_sys::ACL_SELECT as pg_sys::AclMode,
+        ) == pg_sys::AclResult::ACLCHECK_OK
+            && pg_sys::check_enable_rls(relation, pg_sys::InvalidOid, true)
+                != pg_sys::CheckEnableRlsResult::RLS_ENABLED as std::ffi::c_int
+    }
 }
 
 /// How many subscriptions of this database are enabled.

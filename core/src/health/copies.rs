@@ -7,7 +7,7 @@ use std::collections::BTreeSet;
 
 /// Columns whose DEFAULT draws from a sequence, that hold rows, and whose newest id no index can
 /// tell (`schema.table.column`); and columns whose newest id is too far ahead of the clock to be
-/// taken as a floor (`column (id)`).
+/// taken as a floor (`column (id)`; the id only for a caller who may read the table).
 pub fn data_floor(unreadable: &[String], implausible: &[String]) -> Finding {
     if unreadable.is_empty() && implausible.is_empty() {
         return finding(

@@ -64,6 +64,24 @@ INSERT INTO df_far DEFAULT VALUES;
 SELECT shard_id_extract_timestamp(min(id)) BETWEEN now() + interval '9 minutes' AND now() + interval '11 minutes'
        AS ten_minutes_ahead_not_decades FROM df_far;
 SELECT status, detail ~ 'df_far.id \(9223372036854775807\)' AS names_it FROM shard_id_check() WHERE "check" = 'data_floor';
+-- a role that may not read df_far (no grant, or row security that shows it no row) learns that a
+-- row is too far ahead, never the row's id; with SELECT and no row security it sees the id
+CREATE ROLE regress_df_reader;
+SET ROLE regress_df_reader;
+SELECT status, detail ~ 'df_far.id' AS names_the_column, detail ~ '9223372036854775807' AS shows_the_id
+FROM shard_id_check() WHERE "check" = 'data_floor';
+RESET ROLE;
+GRANT SELECT ON df_far TO regress_df_reader;
+ALTER TABLE df_far ENABLE ROW LEVEL SECURITY;
+SET ROLE regress_df_reader;
+SELECT status, detail ~ '9223372036854775807' AS shows_the_id FROM shard_id_check() WHERE "check" = 'data_floor';
+RESET ROLE;
+ALTER TABLE df_far DISABLE ROW LEVEL SECURITY;
+SET ROLE regress_df_reader;
+SELECT status, detail ~ '9223372036854775807' AS shows_the_id FROM shard_id_check() WHERE "check" = 'data_floor';
+RESET ROLE;
+REVOKE SELECT ON df_far FROM regress_df_reader;
+DROP ROLE regress_df_reader;
 DELETE FROM df_far WHERE id = 9223372036854775807;
 -- a DEFAULT that is not the call itself stores no ids of the sequence: not read
 CREATE SEQUENCE df_wrapped_s;
