@@ -3,6 +3,7 @@ function works on the cluster the environment names (PGHOST, PGPORT, PGUSER), da
 unless told otherwise."""
 import os
 import re
+import shutil
 import statistics
 import subprocess
 
@@ -63,6 +64,32 @@ def alternated_pairs(a, b, pairs, seconds, protocol):
             tps[side] = pgbench_tps(*target, seconds=seconds, protocol=protocol)
         ratios.append(tps["b"] / tps["a"])
     return ratios
+
+
+def interleaved_latencies(targets, seconds, protocol="prepared", db="bench"):
+    """One pgbench run, 2 clients, in which every transaction is an insert into one of `targets`
+    (insert_script() results), chosen at random with equal weights: all of them meet the same
+    machine at the same moments, so a drift of the machine cancels out within the run. Returns
+    the mean latency in microseconds of each target's inserts, from pgbench's per-transaction log
+    (its summary rounds latencies to a microsecond)."""
+    tables = ", ".join(table for table, _ in targets)
+    psql(f"TRUNCATE {tables}; CHECKPOINT", db)
+    logs = os.path.join(os.environ["PGHOST"], "pgbench-log")
+    shutil.rmtree(logs, ignore_errors=True)
+    os.makedirs(logs)
+    scripts = [arg for _, script in targets for arg in ("-f", f"{script}@1")]
+    subprocess.run(["pgbench", "-n", "-M", protocol, "-c", "2", "-j", "2", "-T", str(seconds), "-l",
+                    "--log-prefix", os.path.join(logs, "log"), *scripts, db],
+                   check=True, capture_output=True, text=True)
+    # a log line: client, transaction, latency (us), script number, epoch seconds, microseconds
+    latencies = [[] for _ in targets]
+    for name in os.listdir(logs):
+        with open(os.path.join(logs, name)) as f:
+            for line in f:
+                fields = line.split()
+                latencies[int(fields[3])].append(int(fields[2]))
+    shutil.rmtree(logs)
+    return [statistics.mean(values) for values in latencies]
 
 
 def clock_read_ns(work_dir, runs=3):

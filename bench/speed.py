@@ -5,8 +5,8 @@ etc. set, database `bench` with the extension and the sequences plain_seq and bo
   speed.py generation LABEL ROUND OUT.json   nextval() and next_shard_id (borrow), RUNS times each,
                                              alternating, N ids a query, one session
   speed.py inserts OUT.json                  pgbench inserts, prepared, 2 clients: next_shard_id
-                                             against bigserial and against an identity column, in
-                                             alternated pairs
+                                             against bigserial and against an identity column,
+                                             interleaved in one run and in alternated pairs
   speed.py report OUT.md FILE.json...        the report (docs/speed-<version>.md)
 """
 import json
@@ -15,12 +15,14 @@ import statistics
 import sys
 import time
 
-from benchlib import alternated_pairs, clock_read_ns, insert_script, median_ci, psql, timed
+from benchlib import alternated_pairs, clock_read_ns, insert_script, interleaved_latencies, median_ci, psql, timed
 
 N = int(os.environ.get("SPEED_IDS", 2_000_000))
 RUNS = int(os.environ.get("SPEED_RUNS", 5))
 PAIRS = int(os.environ.get("SPEED_PAIRS", 40))
 PAIR_SECONDS = int(os.environ.get("SPEED_PAIR_SECONDS", 2))
+MIXED_RUNS = int(os.environ.get("SPEED_MIXED_RUNS", 10))
+MIXED_SECONDS = int(os.environ.get("SPEED_MIXED_SECONDS", 5))
 # the rows stream from generate_series in a select list (see bench.py, section 1)
 ROWS = f"(SELECT generate_series(1, {N})) AS g"
 NEXTVAL = f"SELECT count(nextval('plain_seq')) FROM {ROWS}"
@@ -55,7 +57,21 @@ def inserts(out):
         "identity column": insert_script("ins_identity", "id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY"),
         "next_shard_id": insert_script("ins_shard", "id bigint PRIMARY KEY DEFAULT next_shard_id('ins_seq', 5)"),
     }
-    result = {"pairs": PAIRS, "seconds": PAIR_SECONDS, "protocol": "prepared", "clients": 2, "against": {}}
+    result = {"pairs": PAIRS, "seconds": PAIR_SECONDS, "protocol": "prepared", "clients": 2, "against": {},
+              "mixed_runs": MIXED_RUNS, "mixed_seconds": MIXED_SECONDS, "interleaved": {}}
+    # interleaved: the three inserts in one pgbench run; next_shard_id's speed against another's
+    # is the other's mean latency over next_shard_id's, one ratio per run
+    names = ["next_shard_id", "bigserial", "identity column"]
+    mixed = [interleaved_latencies([tables[n] for n in names], MIXED_SECONDS) for _ in range(MIXED_RUNS)]
+    for i, against in ((1, "bigserial"), (2, "identity column")):
+        ratios = [run[i] / run[0] for run in mixed]
+        low, high, coverage = median_ci(ratios)
+        result["interleaved"][against] = {"ratios": ratios, "median": statistics.median(ratios),
+                                          "ci": [low, high], "ci_coverage": coverage,
+                                          "latency_us": [statistics.median(run[0] for run in mixed),
+                                                         statistics.median(run[i] for run in mixed)]}
+        print(f"  next_shard_id x {against}, interleaved: {statistics.median(ratios):.3f} "
+              f"({coverage:.0%} CI {low:.3f}-{high:.3f})", flush=True)
     for against in ("bigserial", "identity column"):
         ratios = alternated_pairs(tables[against], tables["next_shard_id"], PAIRS, PAIR_SECONDS, "prepared")
         low, high, coverage = median_ci(ratios)
@@ -120,6 +136,22 @@ def report(out, paths):
         lines += [
             "",
             f"## Inserts: pgbench, {ins['protocol']} protocol, {ins['clients']} clients (this build)",
+            "",
+            f"**Interleaved**: {ins['mixed_runs']} pgbench runs of {ins['mixed_seconds']} s in which every "
+            "transaction inserts one row into one of three tables (next_shard_id, bigserial, identity "
+            "column DEFAULTs), chosen at random with equal weights, so all three meet the machine at the "
+            "same moments. The ratio is the other table's mean insert latency over next_shard_id's "
+            "(from pgbench's per-transaction log), one per run: next_shard_id's speed relative to it.",
+            "",
+            "| next_shard_id against | median ratio | 95 % CI | mean latency, next_shard_id / other |",
+            "|---|---:|---:|---:|",
+        ]
+        for name, a in ins["interleaved"].items():
+            lines.append(f"| {name} | {a['median']:.3f} | {a['ci'][0]:.3f}-{a['ci'][1]:.3f} "
+                         f"({a['ci_coverage']:.1%}) | {a['latency_us'][0]:.2f} µs / {a['latency_us'][1]:.2f} µs |")
+        lines += [
+            "",
+            "**Alternated pairs** (each table alone, one after the other; what issue 31 asked for):",
             "",
             f"{ins['pairs']} pairs of {ins['seconds']} s runs against each, the order alternating from pair to pair, "
             "each run from an empty table after a CHECKPOINT; the ratio is next_shard_id's inserts/s over the "

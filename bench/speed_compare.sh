@@ -5,13 +5,15 @@
 #      measures every build in its own throwaway cluster, the library swapped between them, the
 #      order of the builds reversed every other round
 #   2. inserts (this build): pgbench, prepared, 2 clients, next_shard_id against bigserial and
-#      against an identity column in alternated pairs
+#      against an identity column, interleaved in one pgbench run (each transaction inserts into
+#      one of the three tables, at random) and in alternated pairs of runs
 #   3. callgrind's instructions per id above nextval() of every build (bench/cost_compare.sh)
 # Every build is made before anything is timed. Run it on an otherwise idle machine (~15 min once
 # the earlier releases are built and cached).
 #   bench/speed_compare.sh                              0.3.0 and 0.5.0 beside this build
 #   bench/speed_compare.sh 0.5.0=0eea5d9                one release beside this build
-#   SPEED_ROUNDS=4 SPEED_RUNS=5 SPEED_IDS=2000000 SPEED_PAIRS=40 SPEED_PAIR_SECONDS=2 (defaults)
+#   SPEED_ROUNDS=4 SPEED_RUNS=5 SPEED_IDS=2000000 SPEED_PAIRS=40 SPEED_PAIR_SECONDS=2
+#   SPEED_MIXED_RUNS=10 SPEED_MIXED_SECONDS=5 (defaults)
 #   SPEED_REPORT=file.md                                write the report there instead
 source "$(dirname "$0")/../scripts/lib.sh"
 stop_clusters_at_exit
