@@ -28,27 +28,34 @@ ROWS = f"(SELECT generate_series(1, {N})) AS g"
 NEXTVAL = f"SELECT count(nextval('plain_seq')) FROM {ROWS}"
 BORROW = f"SELECT count(next_shard_id('borrow_seq', 5)) FROM {ROWS}"
 BORROW_SETUP = "SET pg_shard_id.overflow = borrow;"
+# bench/reference_ids.c, declared in the cluster when speed_compare.sh built it: nextval() + the clock
+# read + the layout's shifts, without a guard (the cap, measured) and with one spinlock around the read
+REFERENCES = {
+    "unguarded": f"SELECT count(reference_unguarded_id('plain_seq', 5)) FROM {ROWS}",
+    "one_lock": f"SELECT count(reference_one_lock_id('plain_seq', 5)) FROM {ROWS}",
+}
 
 
 def generation(label, round_no, out):
     version = psql("SELECT extversion FROM pg_extension WHERE extname = 'pg_shard_id'")
-    timed(NEXTVAL), timed(BORROW, BORROW_SETUP)  # warm-up: caches, the sequence's first id
-    nextval, borrow = [], []
+    queries = {"nextval": (NEXTVAL, ""), "borrow": (BORROW, BORROW_SETUP)}
+    if psql("SELECT count(*) FROM pg_proc WHERE proname = 'reference_unguarded_id'") == "1":
+        queries.update({name: (sql, "") for name, sql in REFERENCES.items()})
+    for sql, setup in queries.values():
+        timed(sql, setup)  # warm-up: caches, the sequence's first id
+    times = {name: [] for name in queries}
     for k in range(RUNS):
-        # the order alternates, so that a drift of the machine hits both alike
-        for which in ((0, 1) if k % 2 == 0 else (1, 0)):
-            if which == 0:
-                nextval.append(timed(NEXTVAL))
-            else:
-                borrow.append(timed(BORROW, BORROW_SETUP))
+        # the order alternates, so that a drift of the machine hits all alike
+        for name in (list(queries) if k % 2 == 0 else list(reversed(queries))):
+            times[name].append(timed(*queries[name]))
     result = {"label": label, "version": version, "round": int(round_no), "ids": N,
-              "nextval_s": nextval, "borrow_s": borrow,
+              **{f"{name}_s": t for name, t in times.items()},
               "postgres": psql("SHOW server_version"),
               "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}
     with open(out, "w") as f:
         json.dump(result, f, indent=2)
-    print(f"  {label} round {round_no}: nextval {statistics.median(nextval):.3f} s, "
-          f"borrow {statistics.median(borrow):.3f} s for {N} ids", flush=True)
+    print(f"  {label} round {round_no}: " + ", ".join(
+        f"{name} {statistics.median(t):.3f} s" for name, t in times.items()) + f" for {N} ids", flush=True)
 
 
 def inserts(out):
@@ -129,6 +136,7 @@ def report(out, paths):
         if counts:
             row += f" {counts.get(label, '-')} |"
         lines.append(row)
+    lines += measured_cap(gen, labels)
     if counts:
         lines += ["", "Instructions: callgrind's count of each build in the same run (bench/cost_gate.sh: "
                   "single-user backend, marginal over 20,000 ids, so costs paid once cancel out)."]
@@ -165,6 +173,42 @@ def report(out, paths):
                          f"({a['ci_coverage']:.1%}) | {len(a['ratios'])} |")
     with open(out, "w") as f:
         f.write("\n".join(lines) + "\n")
+
+
+def measured_cap(gen, labels):
+    """The section that measures the cap instead of computing it, from the reference generators of
+    bench/reference_ids.c timed in the same runs (nothing when they were not)."""
+    gen = [r for r in gen if "unguarded_s" in r]
+    if not gen:
+        return []
+    ns = lambda key, runs: statistics.median(t for r in runs for t in r[key]) / runs[0]["ids"] * 1e9
+    per_run = lambda key, runs: [a / b for r in runs for a, b in zip(r["unguarded_s"], r[key])]
+    lines = [
+        "",
+        "## The cap, measured",
+        "",
+        "The same runs also timed two generators written in C for this comparison (bench/reference_ids.c, "
+        "not part of the extension): `unguarded` is nextval() + one clock read + the layout's shifts, the "
+        "naive port with no guard at all (it repeats ids past 1024 a millisecond), so it is the cap as "
+        "measured rather than computed; `one lock` adds one uncontended PostgreSQL spinlock around the "
+        "clock read, the least that any guard in shared memory adds before it keeps any state. The last "
+        "column is each one's time over `unguarded`'s in the same run (median, 95 % CI): how close it "
+        "comes to the measured cap.",
+        "",
+        "| generator | ns/id (all clusters) | above nextval() ns/id | ÷ unguarded's speed (95 % CI) |",
+        "|---|---:|---:|---:|",
+    ]
+    for name, key, runs in ([("nextval()", "nextval_s", gen), ("unguarded (C)", "unguarded_s", gen),
+                             ("one lock (C)", "one_lock_s", gen)]
+                            + [(f"next_shard_id, {label}", "borrow_s", [r for r in gen if r["label"] == label])
+                               for label in labels]):
+        if not runs:
+            continue
+        ratios = per_run(key, runs)
+        low, high, _ = median_ci(ratios)
+        lines.append(f"| {name} | {ns(key, runs):.1f} | {ns(key, runs) - ns('nextval_s', runs):.1f} | "
+                     f"{statistics.median(ratios):.3f} ({low:.3f}-{high:.3f}) |")
+    return lines
 
 
 if __name__ == "__main__":

@@ -8,6 +8,8 @@
 #      against an identity column, interleaved in one pgbench run (each transaction inserts into
 #      one of the three tables, at random) and in alternated pairs of runs
 #   3. callgrind's instructions per id above nextval() of every build (bench/cost_compare.sh)
+# Each generation run also times two generators of bench/reference_ids.c (nextval() + one clock
+# read, without a guard and with one spinlock): the cap, measured in the same run.
 # Every build is made before anything is timed. Run it on an otherwise idle machine (~15 min once
 # the earlier releases are built and cached).
 #   bench/speed_compare.sh                              0.3.0 and 0.5.0 beside this build
@@ -34,6 +36,10 @@ mkdir -p "$this/lib" "$this/extension"
 cp "$RUN_DIR/install-$PG_MAJOR$("$PG_CONFIG" --pkglibdir)/pg_shard_id.so" "$this/lib/"
 cp "$RUN_DIR/install-$PG_MAJOR$("$PG_CONFIG" --sharedir)"/extension/pg_shard_id* "$this/extension/"
 labels+=("this build") dirs+=("$this")
+# the reference generators (nextval() + the clock, with no guard and with one spinlock), timed in
+# the same runs: the cap, measured
+gcc -O2 -fPIC -shared -I"$("$PG_CONFIG" --includedir-server)" bench/reference_ids.c \
+    -o "$out/reference_ids.so"
 
 # bench_cluster: a fresh cluster with the installed build preloaded and database bench
 bench_cluster() {
@@ -41,6 +47,11 @@ bench_cluster() {
     createdb bench
     q -d bench -c "SET client_min_messages = warning" -c "CREATE EXTENSION pg_shard_id" \
         -c "CREATE SEQUENCE plain_seq" -c "CREATE SEQUENCE borrow_seq" -c "CREATE SEQUENCE ins_seq"
+    local f
+    for f in reference_unguarded_id reference_one_lock_id; do
+        q -d bench -c "CREATE FUNCTION $f(regclass, integer) RETURNS bigint VOLATILE STRICT
+                       LANGUAGE c AS '$out/reference_ids.so', '$f'"
+    done
 }
 
 for round in $(seq 1 "${SPEED_ROUNDS:-4}"); do
