@@ -32,7 +32,7 @@
 //! The issued millisecond therefore never decreases, whatever the clock does. All values here are
 //! milliseconds since the id epoch (the id's own timestamp field).
 
-use crate::layout::{check_ms, LayoutError, MAX_SEQ, SEQ_VALUES};
+use crate::layout::{check_ms, LayoutError, MAX_MS, MAX_SEQ, SEQ_VALUES};
 use std::num::NonZeroU64;
 
 /// What to do when the current millisecond has no free remainder left.
@@ -253,7 +253,54 @@ impl GuardState {
     ///
     /// A clock outside the layout (before the epoch, past the horizon), or a guard that would have
     /// to move past the horizon, is an error and leaves the guard as it was.
+    ///
+    /// The common case ([`GuardState::issue_common`], small enough to inline into the caller's
+    /// critical section) is tried first; [`GuardState::decide`] takes every case, the common one
+    /// included, and decides the same there (property test
+    /// `the_common_case_decides_as_the_full_decision`).
+    #[inline]
     pub fn issue(
+        &mut self,
+        now: i64,
+        remainder: u16,
+        overflow: Overflow,
+    ) -> Result<Decision, LayoutError> {
+        match self.issue_common(now, remainder) {
+            Some(ms) => Ok(Decision::Issue {
+                ms,
+                clock: now,
+                clock_stepped_back_by: None,
+            }),
+            None => self.decide(now, remainder, overflow),
+        }
+    }
+
+    /// The millisecond for `remainder` at clock reading `now` when the decision is the common
+    /// one: no data floor awaited, a clock inside the layout that did not step back, and either a
+    /// new millisecond or a remainder not yet used (nor wrapped) in the guard's millisecond, which
+    /// is inside the layout. The state changes exactly as [`GuardState::decide`] would change it.
+    /// `None`: not the common case, and the guard is left as it was.
+    #[inline(always)]
+    fn issue_common(&mut self, now: i64, remainder: u16) -> Option<i64> {
+        if self.data_floor_request != 0 || !(0..=MAX_MS).contains(&now) || now < self.clock {
+            return None;
+        }
+        if now > self.ms {
+            self.start_ms(now);
+            self.recovering = 0;
+        } else if self.is_used(remainder) || self.wrapped(remainder) || self.ms > MAX_MS {
+            return None;
+        }
+        self.clock = now;
+        self.mark_used(remainder);
+        self.counts.ids += 1;
+        Some(self.ms)
+    }
+
+    /// [`GuardState::issue`]'s decision in every case.
+    #[cold]
+    #[inline(never)]
+    fn decide(
         &mut self,
         now: i64,
         remainder: u16,
@@ -755,7 +802,65 @@ mod tests {
         );
     }
 
+    /// A guard to start a schedule from: new, above a floor, waiting for its data floor, or at the
+    /// horizon, or above it (a lease file's floor); and a clock to start it with.
+    fn start() -> impl Strategy<Value = (GuardState, i64)> {
+        use crate::layout::MAX_MS;
+        let request = FloorRequest::new(7).unwrap();
+        prop_oneof![
+            Just((GuardState::new(), 1_000_000)),
+            Just((GuardState::new(), 1_000)),
+            (0i64..3_000_000).prop_map(|f| (GuardState::with_floor(f), 1_000_000)),
+            (0i64..3_000_000)
+                .prop_map(move |f| (GuardState::awaiting_data_floor(f, request), 1_000_000)),
+            Just((GuardState::new(), MAX_MS - 2)),
+            // a lease file's floor past the horizon
+            Just((GuardState::with_floor(MAX_MS + 5), MAX_MS - 2)),
+        ]
+    }
+
     proptest! {
+        /// The inlined common case is a shortcut of the full decision, never a second opinion:
+        /// wherever it answers, the full decision gives the same millisecond and leaves the guard
+        /// in the same state; where it does not, it leaves the guard untouched. Schedules cross
+        /// new milliseconds, used and wrapped remainders, clock steps, waits, floors, a data floor
+        /// awaited and settled, the epoch and the horizon.
+        #[test]
+        fn the_common_case_decides_as_the_full_decision(
+            (mut g, mut clock) in start(), schedule in steps(), floors in proptest::collection::vec(0i64..4_000_000, 8)
+        ) {
+            let (mut common, mut full) = (0usize, 0usize);
+            for (i, step) in schedule.into_iter().enumerate() {
+                clock += step.clock_delta;
+                let overflow = if step.borrow { Overflow::Borrow } else { Overflow::Wait };
+                for _ in 0..3 {
+                    let (mut shortcut, mut decided) = (g, g);
+                    let answer = decided.decide(clock, step.remainder, overflow);
+                    match shortcut.issue_common(clock, step.remainder) {
+                        Some(ms) => {
+                            common += 1;
+                            let expected = Decision::Issue { ms, clock, clock_stepped_back_by: None };
+                            prop_assert_eq!(answer, Ok(expected));
+                            prop_assert_eq!(shortcut, decided);
+                        }
+                        None => {
+                            full += 1;
+                            prop_assert_eq!(shortcut, g, "no answer, yet the guard changed");
+                        }
+                    }
+                    g = decided;
+                    match answer {
+                        Ok(Decision::Issue { .. }) | Err(_) => break,
+                        Ok(Decision::WaitUntilPast(_)) => clock += 1,
+                        Ok(Decision::ReadDataFloor(request)) => {
+                            g.settle_data_floor(request, Some(floors[i % floors.len()]))
+                        }
+                    }
+                }
+            }
+            prop_assert!(common + full > 0);
+        }
+
         /// Whatever the clock does and whichever remainders arrive, no (ms, remainder) pair is
         /// issued twice, the millisecond never decreases, and `wait` never issues ahead of a
         /// clock that only moves forward.

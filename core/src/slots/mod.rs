@@ -237,6 +237,7 @@ impl SlotTable {
     }
 
     /// The guard's decision; the slot's lock must be held.
+    #[inline(always)]
     fn run_guard(
         slot: &Slot,
         remainder: u16,
