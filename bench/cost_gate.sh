@@ -10,6 +10,8 @@
 # write) cancel out and only what every id pays is counted. `borrow` (no waits), one sequence.
 #   bench/cost_gate.sh           the build installed in the selected PostgreSQL (PG_MAJOR, default 15)
 #   GATE_IDS=20000 GATE_UPDATE=1 bench/cost_gate.sh   measure and write the new baseline
+#   GATE_REFERENCE=1 bench/cost_gate.sh   also count bench/reference_ids.c's generators (the naive
+#                                         port in C, and it with one spinlock); reported, not gated
 source "$(dirname "$0")/../scripts/lib.sh"
 stop_clusters_at_exit
 N="${GATE_IDS:-20000}"
@@ -39,6 +41,15 @@ nextval="$(per_id nextval_oid "nextval('s')")"
 ours="$(per_id next_shard_id_wrapper "next_shard_id('s', 1)")"
 above="$(python3 -c "print(round($ours - $nextval, 1))")"
 echo "  nextval(): $nextval instructions per id; next_shard_id: $ours; above nextval(): $above"
+if [ -n "${GATE_REFERENCE:-}" ]; then
+    build_reference_ids "$dir/reference"
+    for f in reference_unguarded_id reference_one_lock_id; do
+        as_pg "$PG_BIN/postgres" --single -D "$dir/data" postgres >/dev/null <<<"
+            CREATE FUNCTION $f(regclass, integer) RETURNS bigint VOLATILE STRICT
+                LANGUAGE c AS '$dir/reference/reference_ids.so', '$f';"
+        echo "  reference $f: $(python3 -c "print(round($(per_id "$f" "$f('s', 1)") - $nextval, 1))") instructions per id above nextval()"
+    done
+fi
 if [ -n "${GATE_UPDATE:-}" ]; then
     { grep '^#' "$BASELINE_FILE" 2>/dev/null || true; echo "$above"; } >"$BASELINE_FILE.new"
     mv "$BASELINE_FILE.new" "$BASELINE_FILE"

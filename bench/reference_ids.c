@@ -9,7 +9,8 @@
  *       PostgreSQL spinlock (SpinLockAcquire/Release, uncontended): the least a guard in shared
  *       memory adds, one atomic read-modify-write, before it keeps any state
  *
- * Built by bench/speed_compare.sh with the server's own headers (gcc -shared, no PGXS needed):
+ * Timed by bench/speed_compare.sh and counted by bench/cost_gate.sh (GATE_REFERENCE=1), both
+ * building it with build_reference_ids (scripts/lib.sh), the server's own headers, no PGXS:
  *   gcc -O2 -fPIC -shared -I"$(pg_config --includedir-server)" reference_ids.c -o reference_ids.so
  * and declared by absolute path (CREATE FUNCTION ... LANGUAGE c AS '/path/reference_ids.so').
  */

@@ -136,7 +136,8 @@ def report(out, paths):
         if counts:
             row += f" {counts.get(label, '-')} |"
         lines.append(row)
-    lines += measured_cap(gen, labels)
+    refs = next((r["reference_instructions"] for r in runs if "reference_instructions" in r), {})
+    lines += measured_cap(gen, labels, {**counts, **refs})
     if counts:
         lines += ["", "Instructions: callgrind's count of each build in the same run (bench/cost_gate.sh: "
                   "single-user backend, marginal over 20,000 ids, so costs paid once cancel out)."]
@@ -175,9 +176,10 @@ def report(out, paths):
         f.write("\n".join(lines) + "\n")
 
 
-def measured_cap(gen, labels):
+def measured_cap(gen, labels, counts):
     """The section that measures the cap instead of computing it, from the reference generators of
-    bench/reference_ids.c timed in the same runs (nothing when they were not)."""
+    bench/reference_ids.c timed in the same runs (nothing when they were not); `counts` holds
+    callgrind's instructions per id above nextval() by build label and generator name."""
     gen = [r for r in gen if "unguarded_s" in r]
     if not gen:
         return []
@@ -193,21 +195,25 @@ def measured_cap(gen, labels):
         "measured rather than computed; `one lock` adds one uncontended PostgreSQL spinlock around the "
         "clock read, the least that any guard in shared memory adds before it keeps any state. The last "
         "column is each one's time over `unguarded`'s in the same run (median, 95 % CI): how close it "
-        "comes to the measured cap.",
+        "comes to the measured cap. Instructions: callgrind's count per id above nextval(), as in the "
+        "table above (the C generators counted in this build's cluster).",
         "",
-        "| generator | ns/id (all clusters) | above nextval() ns/id | ÷ unguarded's speed (95 % CI) |",
-        "|---|---:|---:|---:|",
+        "| generator | ns/id (all clusters) | above nextval() ns/id | ÷ unguarded's speed (95 % CI) "
+        "| instructions/id above nextval() |",
+        "|---|---:|---:|---:|---:|",
     ]
-    for name, key, runs in ([("nextval()", "nextval_s", gen), ("unguarded (C)", "unguarded_s", gen),
-                             ("one lock (C)", "one_lock_s", gen)]
-                            + [(f"next_shard_id, {label}", "borrow_s", [r for r in gen if r["label"] == label])
-                               for label in labels]):
+    for name, count_key, key, runs in (
+            [("nextval()", None, "nextval_s", gen), ("unguarded (C)", "unguarded (C)", "unguarded_s", gen),
+             ("one lock (C)", "one lock (C)", "one_lock_s", gen)]
+            + [(f"next_shard_id, {label}", label, "borrow_s", [r for r in gen if r["label"] == label])
+               for label in labels]):
         if not runs:
             continue
         ratios = per_run(key, runs)
         low, high, _ = median_ci(ratios)
         lines.append(f"| {name} | {ns(key, runs):.1f} | {ns(key, runs) - ns('nextval_s', runs):.1f} | "
-                     f"{statistics.median(ratios):.3f} ({low:.3f}-{high:.3f}) |")
+                     f"{statistics.median(ratios):.3f} ({low:.3f}-{high:.3f}) | "
+                     f"{counts.get(count_key, '-') if count_key else 0} |")
     return lines
 
 

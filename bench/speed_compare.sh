@@ -38,8 +38,7 @@ cp "$RUN_DIR/install-$PG_MAJOR$("$PG_CONFIG" --sharedir)"/extension/pg_shard_id*
 labels+=("this build") dirs+=("$this")
 # the reference generators (nextval() + the clock, with no guard and with one spinlock), timed in
 # the same runs: the cap, measured
-gcc -O2 -fPIC -shared -I"$("$PG_CONFIG" --includedir-server)" bench/reference_ids.c \
-    -o "$out/reference_ids.so"
+build_reference_ids "$out"
 
 # bench_cluster: a fresh cluster with the installed build preloaded and database bench
 bench_cluster() {
@@ -76,8 +75,10 @@ say "instructions per id (callgrind)"
 bash bench/cost_compare.sh "${releases[@]}" | tee "$out/instructions.txt"
 python3 - "$out/instructions.txt" "$out/instructions.json" <<'PY'
 import json, re, sys
-rows = re.findall(r"^  (.+?) \(\w+\) ([0-9.]+)$", open(sys.argv[1]).read(), re.M)
-json.dump({"instructions": {label: float(n) for label, n in rows}}, open(sys.argv[2], "w"))
+rows = re.findall(r"^  (.+?) \([0-9a-f]{7,40}\) ([0-9.]+)$", open(sys.argv[1]).read(), re.M)
+refs = re.findall(r"^  (unguarded \(C\)|one lock \(C\)) ([0-9.]+)$", open(sys.argv[1]).read(), re.M)
+json.dump({"instructions": {label: float(n) for label, n in rows},
+           "reference_instructions": {label: float(n) for label, n in refs}}, open(sys.argv[2], "w"))
 PY
 python3 bench/speed.py report "$report" "$out"/generation-*.json "$out/inserts.json" "$out/clock.json" \
     "$out/instructions.json"

@@ -194,6 +194,17 @@ release_build() {
     echo "$dir"
 }
 
+# build_reference_ids DIR: bench/reference_ids.c (the C generators the benchmarks measure the cap
+# with; not part of the extension) built against the selected server's headers as
+# DIR/reference_ids.so, readable by the postgres user. Used by bench/speed_compare.sh (timed) and
+# bench/cost_gate.sh (counted, when GATE_REFERENCE is set).
+build_reference_ids() {
+    mkdir -p "$1"
+    gcc -O2 -fPIC -shared -I"$("$PG_CONFIG" --includedir-server)" "$REPO/bench/reference_ids.c" \
+        -o "$1/reference_ids.so"
+    chmod a+rx "$1" "$1/reference_ids.so"
+}
+
 # install_release_build DIR: a release_build's library, control file and scripts, each file new
 # then renamed into place (install_tree)
 install_release_build() {
