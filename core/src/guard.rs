@@ -372,6 +372,7 @@ impl GuardState {
         self.used[word] & bit != 0
     }
 
+    #[inline]
     fn mark_used(&mut self, remainder: u16) {
         self.high = self.high.max(u64::from(remainder) + 1);
         let (word, bit) = Self::bit(remainder);

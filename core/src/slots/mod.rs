@@ -205,6 +205,7 @@ impl SlotTable {
     /// `key`, if any; the index actually used is returned with the decision, to cache for the
     /// next call. A slot that no longer holds `key` (it was given to another sequence) is found
     /// or claimed again, which never fails.
+    #[inline(always)]
     pub fn issue(
         &self,
         cached: Option<usize>,
@@ -221,6 +222,20 @@ impl SlotTable {
                 return (index, Self::run_guard(slot, remainder, overflow, clock));
             }
         }
+        self.issue_uncached(key, remainder, overflow, clock)
+    }
+
+    /// [`SlotTable::issue`] when the caller's cached index does not hold `key`: found in its
+    /// window, or claimed. Out of line, so that the cached case stays small enough to inline.
+    #[cold]
+    #[inline(never)]
+    fn issue_uncached(
+        &self,
+        key: SlotKey,
+        remainder: u16,
+        overflow: Overflow,
+        clock: impl FnOnce() -> i64,
+    ) -> (usize, Result<Decision, LayoutError>) {
         if let Some(index) = self.find(key) {
             let slot = self.slot(index);
             let _lock = slot.lock.lock();
