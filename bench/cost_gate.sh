@@ -10,7 +10,7 @@
 # write) cancel out and only what every id pays is counted. `borrow` (no waits), one sequence.
 # "Above nextval()" is counted inside the generator's own run: the instructions inside the
 # generator minus those inside the nextval_internal() it calls (callgrind's inclusive cost). A
-# separate run of nextval() would do: the same binary counted 135.1 above a nextval() run of
+# separate run of nextval() does not do: the same binary counted 135.1 above a nextval() run of
 # 2464.0 instructions in one cluster and 141.1 above one of 2458.0 in a fresh clone's, the
 # difference being PostgreSQL's own (its hash tables' chains), not the extension's.
 #   bench/cost_gate.sh           the build installed in the selected PostgreSQL (PG_MAJOR, default 15)
