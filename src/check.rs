@@ -2,7 +2,7 @@
 //! recorded epoch and DEFAULTs; on a Citus coordinator, every node's answer) and reports
 //! `pg_shard_id_core::health`'s findings.
 
-use crate::data_floor::{self, CannotTell};
+use crate::data_floor::{self, CannotTell, Newest};
 use crate::{clock, settings, shmem};
 use pg_shard_id_core::health::{self, Finding, Floor, Node, NodeState, Replicated, ShardDefault};
 use pg_shard_id_core::layout;
@@ -49,7 +49,7 @@ fn shard_id_check() -> TableIterator<
     let now = clock::now_unix_ms();
     let shared = shmem::shared_table();
     let defaults = shard_defaults();
-    let columns = read_columns();
+    let columns = read_columns(epoch, now);
     let mut findings = vec![
         health::preload(shmem::is_cluster()),
         health::lease(
@@ -61,7 +61,7 @@ fn shard_id_check() -> TableIterator<
         health::epoch(epoch, recorded_epoch()),
         newest_against_clock(shared, epoch, now),
         health::shard_numbers(&defaults),
-        data_floor_finding(&columns, epoch, now),
+        data_floor_finding(&columns),
         health::replication(enabled_subscriptions(), &replicated(&columns), &defaults),
         health::publication(&publications_refusing_the_origin()),
     ];
@@ -125,39 +125,45 @@ fn newest_against_clock(
 }
 
 /// A `next_shard_id` DEFAULT column and what reading its newest id gave.
-type Read = (data_floor::Column, Result<Option<i64>, CannotTell>);
+type Read = (data_floor::Column, Result<Newest, CannotTell>);
 
 /// Every `next_shard_id` DEFAULT column of this database with its newest id, read once for the
-/// `data_floor` and `replication` rows.
-fn read_columns() -> Vec<Read> {
+/// `data_floor` and `replication` rows. Never waits: the catalog query takes no lock, and a
+/// table or index locked by another transaction is reported as such, not waited for.
+fn read_columns(epoch: i64, now_unix_ms: i64) -> Vec<Read> {
+    let bound =
+        data_floor::last_id_of(now_unix_ms - epoch + data_floor::PLAUSIBLE_AHEAD_MS);
     data_floor::columns_of(None)
         .into_iter()
         .map(|column| {
             // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
-            let newest = unsafe { data_floor::newest_in(&column) };
+            let newest = unsafe { data_floor::newest_in(&column, bound) };
             (column, newest)
         })
         .collect()
 }
 
-/// The DEFAULT columns that hold rows whose newest id no index can tell, and those whose newest
-/// id is too far ahead to be a floor (`data_floor::PLAUSIBLE_AHEAD_MS`).
-fn data_floor_finding(columns: &[Read], epoch: i64, now_unix_ms: i64) -> Finding {
+/// The DEFAULT columns that may hold rows whose newest id no index can tell (and why), and those
+/// that hold an id too far ahead to be a floor (`data_floor::PLAUSIBLE_AHEAD_MS`).
+fn data_floor_finding(columns: &[Read]) -> Finding {
     let (mut unreadable, mut implausible) = (Vec::new(), Vec::new());
-    let limit = now_unix_ms - epoch + data_floor::PLAUSIBLE_AHEAD_MS;
     for (column, newest) in columns {
         match newest {
-            Err(CannotTell) => unreadable.push(column.name.clone()),
-            Ok(Some(id)) if layout::ms_of(*id).is_ok_and(|ms| ms > limit) => {
-                implausible.push(if caller_may_read(column.relation) {
-                    format!("{} ({id})", column.name)
-                } else {
-                    column.name.clone()
-                })
-            }
+            Err(why) => unreadable.push((column.name.clone(), *why)),
+            Ok(Newest {
+                beyond: Some(id), ..
+            }) => implausible.push(if caller_may_read(column.relation) {
+                format!("{} ({id})", column.name)
+            } else {
+                column.name.clone()
+            }),
             Ok(_) => {}
         }
     }
+    let unreadable: Vec<String> = unreadable
+        .iter()
+        .map(|u| data_floor::describe(std::slice::from_ref(u)))
+        .collect();
     health::data_floor(&unreadable, &implausible)
 }
 
@@ -217,11 +223,12 @@ fn replicated(columns: &[Read]) -> Vec<Replicated> {
         .iter()
         .filter_map(|(c, newest)| {
             let (subscription, _) = subscribed.iter().find(|(_, rel)| *rel == c.relation)?;
-            let newest = newest.as_ref().ok()?.as_ref()?;
+            let newest = newest.as_ref().ok()?;
+            let newest = newest.beyond.or(newest.plausible)?;
             Some(Replicated {
                 subscription: subscription.clone(),
                 table: c.name.clone(),
-                shard: layout::shard_of(*newest).ok()?,
+                shard: layout::shard_of(newest).ok()?,
             })
         })
         .collect()
@@ -246,32 +253,57 @@ fn publications_refusing_the_origin() -> Vec<String> {
     })
 }
 
-/// The `next_shard_id(sequence, shard)` DEFAULTs of this database, read from their deparsed text
-/// (`next_shard_id('photos_id_seq'::regclass, 5)`). (`regexp_match` in FROM gives one row of NULL
-/// for a DEFAULT that does not match: those rows are not DEFAULTs of ours.)
+/// The `next_shard_id` DEFAULTs of this database with their shard numbers, read from their
+/// deparsed text (`next_shard_id('photos_id_seq'::regclass, 5)`): the node form
+/// (`next_shard_id('photos_id_seq'::regclass)`) counts with this server's node number (its
+/// `pg_shard_id.node`, or its Citus group id), and is left out only where neither is set (it
+/// cannot issue there). Deparsed with no relation (`pg_get_expr(adbin, 0)`, a DEFAULT has no
+/// column references), which takes no lock: a health check must answer behind a migration's
+/// ACCESS EXCLUSIVE lock. (`regexp_match` in FROM gives one row of NULL for a DEFAULT that does
+/// not match: those rows are not DEFAULTs of ours.)
 fn shard_defaults() -> Vec<ShardDefault> {
+    let node = this_node();
     let sql = r#"
         SELECT a.adrelid::pg_catalog.regclass::text, m[1], m[2]::bigint
           FROM pg_catalog.pg_attrdef a,
-               pg_catalog.regexp_match(pg_catalog.pg_get_expr(a.adbin, a.adrelid),
-                   $re$next_shard_id\('((?:[^']|'')+)'::regclass, (\d{1,9})\)$re$) m
+               pg_catalog.regexp_match(pg_catalog.pg_get_expr(a.adbin, 0),
+                   $re$^next_shard_id\('((?:[^']|'')+)'::regclass(?:, (\d{1,9}))?\)$re$) m
          WHERE m IS NOT NULL"#;
     Spi::connect(|client| {
         let rows = client
             .select(sql, None, &[])
             .unwrap_or_else(|e| error!("pg_shard_id: {e}"));
-        rows.map(|row| ShardDefault {
-            table: row.get::<String>(1).ok().flatten().unwrap_or_default(),
-            sequence: row
-                .get::<String>(2)
-                .ok()
-                .flatten()
-                .unwrap_or_default()
-                .replace("''", "'"),
-            shard: row.get::<i64>(3).ok().flatten().unwrap_or(-1),
+        rows.filter_map(|row| {
+            Some(ShardDefault {
+                table: row.get::<String>(1).ok().flatten().unwrap_or_default(),
+                sequence: row
+                    .get::<String>(2)
+                    .ok()
+                    .flatten()
+                    .unwrap_or_default()
+                    .replace("''", "'"),
+                shard: match row.get::<i64>(3).ok().flatten() {
+                    Some(shard) => shard,
+                    None => node?,
+                },
+            })
         })
         .collect()
     })
+}
+
+/// The shard number of `next_shard_id(seq)` on this server: `pg_shard_id.node`, or the Citus
+/// group id; `None` when neither is set.
+fn this_node() -> Option<i64> {
+    let configured = settings::node();
+    if configured >= 0 {
+        return Some(configured);
+    }
+    one::<bool>("SELECT EXISTS (SELECT FROM pg_catalog.pg_extension WHERE extname = 'citus')")
+        .unwrap_or(false)
+        .then(|| one::<i32>("SELECT groupid FROM pg_catalog.pg_dist_local_group"))
+        .flatten()
+        .map(i64::from)
 }
 
 /// What each node is asked (the coordinator directly, the workers through

@@ -6,7 +6,7 @@ use super::{finding, Finding, ShardDefault, Status};
 use std::collections::BTreeSet;
 
 /// Columns whose DEFAULT draws from a sequence, that hold rows, and whose newest id no index can
-/// tell (`schema.table.column`); and columns whose newest id is too far ahead of the clock to be
+/// tell (`schema.table.column (why)`); and columns whose newest id is too far ahead of the clock to be
 /// taken as a floor (`column (id)`; the id only for a caller who may read the table).
 pub fn data_floor(unreadable: &[String], implausible: &[String]) -> Finding {
     if unreadable.is_empty() && implausible.is_empty() {
@@ -20,19 +20,21 @@ pub fn data_floor(unreadable: &[String], implausible: &[String]) -> Finding {
     let mut problems = Vec::new();
     if !unreadable.is_empty() {
         problems.push(format!(
-            "{} may hold rows whose newest id no index can read (no index on the id, a foreign \
-             table or view, not bigint), so a sequence's first id after a restart starts 10 \
-             minutes ahead of the clock instead of right above the rows (unique, but its \
-             timestamps run ahead). Fix: CREATE INDEX on each of these columns",
+            "{} may hold rows whose newest id no index can read, so a sequence's first id after \
+             a restart starts 10 minutes ahead of the clock instead of right above the rows (rows \
+             copied in more than 10 minutes ahead can still be reached). Fix: CREATE INDEX on the \
+             id for a missing index; bigint and the plain next_shard_id call as the DEFAULT; \
+             shard_id_resync(seq) once a lock is gone",
             unreadable.join(", ")
         ));
     }
     if !implausible.is_empty() {
         problems.push(format!(
             "{} hold an id more than 1 hour 10 minutes ahead of the clock, which no guard makes \
-             (written by hand or by another generator): it is not taken as a floor, and new ids \
-             start 10 minutes ahead at each restart. Fix: delete or correct those rows, or give \
-             the column its own sequence",
+             (written by hand or by another generator): it is passed over, and new ids start \
+             above the newest id below it, so they reach it in time (a key violation, or a repeat \
+             where no unique index stands). Fix: delete or correct those rows, or give the column \
+             its own sequence",
             implausible.join(", ")
         ));
     }

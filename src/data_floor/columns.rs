@@ -1,0 +1,144 @@
+//! Which columns a sequence's ids may be stored in: the catalog query `sql/data_floor_columns.sql`,
+//! run without a lock, with the latest snapshot, under `search_path = pg_catalog, pg_temp`.
+
+use pgrx::prelude::*;
+use std::ffi::CString;
+
+/// Why no index can say what a column holds: the data floor then jumps ahead
+/// ([`super::JUMP_MS`]) for its sequence, and `shard_id_check()` names the column and the reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum CannotTell {
+    /// The default is not the `next_shard_id` call itself (a cast to another type, a wrapper
+    /// such as `coalesce` or `shard_id_mask`): the stored values are not the ids as issued.
+    Expression,
+    /// The column is not `bigint` (or a domain over it).
+    Type,
+    /// Another session's temporary table: its rows are in that session's buffers.
+    Temporary,
+    /// A view, a foreign table, a materialized view, or a table of another access method.
+    Relation,
+    /// No valid, non-partial btree index has the column first (and the table holds rows).
+    NoIndex,
+    /// Another transaction holds a lock on the table or its index (a first id never waits).
+    Locked,
+    /// The end of the index is covered by more dead entries than one read visits.
+    DeadEntries,
+}
+
+impl CannotTell {
+    /// What to tell the user, after the column's name.
+    pub fn why(self) -> &'static str {
+        match self {
+            CannotTell::Expression => "its DEFAULT wraps or casts the next_shard_id call",
+            CannotTell::Type => "not bigint",
+            CannotTell::Temporary => "another session's temporary table",
+            CannotTell::Relation => "not a heap table (a view, foreign table or other access method)",
+            CannotTell::NoIndex => "no btree index has it as first column",
+            CannotTell::Locked => "locked by another transaction when read",
+            CannotTell::DeadEntries => "too many dead index entries at the top of the index",
+        }
+    }
+
+    fn from_sql(code: &str) -> CannotTell {
+        match code {
+            "expression" => CannotTell::Expression,
+            "type" => CannotTell::Type,
+            "temporary" => CannotTell::Temporary,
+            _ => CannotTell::Relation,
+        }
+    }
+}
+
+/// One column whose default draws from the sequence, in one leaf relation.
+pub struct Column {
+    pub relation: pg_sys::Oid,
+    /// `schema.table.column`, for messages.
+    pub name: String,
+    /// Why no index can be read, when the catalog alone says so.
+    pub cannot_tell: Option<CannotTell>,
+    /// The btree index whose first column it is, if any, and whether it sorts descending.
+    pub index: Option<(pg_sys::Oid, bool)>,
+}
+
+const COLUMNS_SQL: &str = include_str!("../../sql/data_floor_columns.sql");
+
+/// The columns (leaf partitions expanded) whose default calls `next_shard_id` with `sequence`
+/// (`None`: with any sequence), including those whose DEFAULT names no sequence.
+pub fn columns_of(sequence: Option<pg_sys::Oid>) -> Vec<Column> {
+    let sql = CString::new(COLUMNS_SQL).expect("no NUL in the query");
+    Spi::connect(|_client| {
+        // SAFETY: SPI is connected (Spi::connect); inside pgrx's guard, so an ERROR unwinds and
+        // the transaction's abort undoes the setting and SPI. The setting is undone below as a
+        // function's SET clause is (fmgr_security_definer): a new GUC nest level, then
+        // AtEOXact_GUC. Every datum is copied into Rust before SPI_finish frees it.
+        unsafe {
+            let nest = pg_sys::NewGUCNestLevel();
+            pg_sys::set_config_option(
+                c"search_path".as_ptr(),
+                c"pg_catalog, pg_temp".as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+            let mut types = [pg_sys::OIDOID];
+            let plan = pg_sys::SPI_prepare(sql.as_ptr(), 1, types.as_mut_ptr());
+            if plan.is_null() {
+                error!("pg_shard_id: preparing the data floor's catalog query failed");
+            }
+            let mut values = [pg_sys::Datum::from(sequence.unwrap_or(pg_sys::InvalidOid))];
+            let nulls = [if sequence.is_some() { b' ' } else { b'n' } as std::ffi::c_char];
+            let status = pg_sys::SPI_execute_snapshot(
+                plan,
+                values.as_mut_ptr(),
+                nulls.as_ptr(),
+                pg_sys::GetLatestSnapshot(),
+                std::ptr::null_mut(),
+                true,
+                false,
+                0,
+            );
+            if status != pg_sys::SPI_OK_SELECT as i32 {
+                error!("pg_shard_id: the data floor's catalog query failed ({status})");
+            }
+            let columns = read_rows();
+            pg_sys::AtEOXact_GUC(true, nest);
+            columns
+        }
+    })
+}
+
+/// The rows of the last SPI query, as [`Column`]s.
+///
+/// # Safety
+/// Right after `SPI_execute_snapshot` of `COLUMNS_SQL` succeeded.
+unsafe fn read_rows() -> Vec<Column> {
+    // SAFETY: the caller's contract: SPI_tuptable holds SPI_processed rows of the query's shape.
+    unsafe {
+        let table = pg_sys::SPI_tuptable;
+        let get = |row: usize, column: i32| {
+            let mut null = false;
+            let datum = pg_sys::SPI_getbinval(
+                *(*table).vals.add(row),
+                (*table).tupdesc,
+                column,
+                &mut null,
+            );
+            (datum, null)
+        };
+        let oid = |(d, null): (pg_sys::Datum, bool)| pg_sys::Oid::from_datum(d, null);
+        let text = |(d, null): (pg_sys::Datum, bool)| String::from_datum(d, null);
+        (0..pg_sys::SPI_processed as usize)
+            .map(|row| Column {
+                relation: oid(get(row, 1)).unwrap_or_default(),
+                name: text(get(row, 3)).unwrap_or_default(),
+                cannot_tell: text(get(row, 4)).map(|code| CannotTell::from_sql(&code)),
+                index: oid(get(row, 5)).map(|index| {
+                    (index, bool::from_datum(get(row, 6).0, get(row, 6).1).unwrap_or(false))
+                }),
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,211 @@
+//! Reading the newest id of a column at its btree index's end, as the planner reads an index's
+//! endpoint for its estimates (`get_actual_variable_endpoint` in selfuncs.c): one descent from the
+//! high end, bounded in the heap pages it visits, with a snapshot that sees every row not yet
+//! removable (rows being inserted or deleted right now count). It reads as the extension, whatever
+//! the caller's privileges and row security: only the newest id's millisecond is used.
+
+use super::columns::{CannotTell, Column};
+use pgrx::prelude::*;
+
+/// How many heap pages of dead entries one read visits before it gives up (PostgreSQL 16's
+/// `get_actual_variable_endpoint` stops at the same number): a mass delete at the top of the id
+/// range must not make a first id walk every dead entry.
+const VISITED_PAGES_LIMIT: u32 = 100;
+
+/// What a column holds at the top of its id range.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Newest {
+    /// The newest id at or below the bound the caller gave (the newest plausible one).
+    pub plausible: Option<i64>,
+    /// The newest id of all, when it is above the bound (an id no guard could have made).
+    pub beyond: Option<i64>,
+}
+
+/// The newest ids in `column`, at or below `bound` and overall: `Ok(Newest::default())` when it
+/// holds none, `Err` when rows may be there but no index can say which is the newest.
+///
+/// # Safety
+/// Call inside a transaction, inside pgrx's guard, with oids from the catalog.
+pub unsafe fn newest_in(column: &Column, bound: i64) -> Result<Newest, CannotTell> {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    // SAFETY: the caller's contract. The locks (AccessShareLock, as the planner takes) are taken
+    // only if free at once, and released as soon as the value is read: a first id never waits
+    // for another transaction's lock (a Citus ALTER TABLE rewriting many shards at once
+    // deadlocked when each shard's first id waited for the others'), nor keeps a lock on every
+    // partition until its transaction ends. A lock that is not free is "cannot tell". Every
+    // scan resource is released below or, after an ERROR, by the transaction's abort.
+    unsafe {
+        match column.cannot_tell {
+            // another session's temporary table: no block count or lock of ours says anything
+            Some(CannotTell::Temporary) => return Err(CannotTell::Temporary),
+            Some(_) | None => {}
+        }
+        if !pg_sys::ConditionalLockRelationOid(column.relation, lock) {
+            return Err(CannotTell::Locked);
+        }
+        // (a relation dropped since the catalog was read holds nothing)
+        let heap = pg_sys::try_table_open(column.relation, pg_sys::NoLock as pg_sys::LOCKMODE);
+        if heap.is_null() {
+            pg_sys::UnlockRelationOid(column.relation, lock);
+            return Ok(Newest::default());
+        }
+        let newest = match (column.cannot_tell, column.index) {
+            // a view, a foreign table: never "empty" (its blocks, if any, are not its rows)
+            (Some(CannotTell::Relation), _) => Err(CannotTell::Relation),
+            _ if is_empty(heap) => Ok(Newest::default()),
+            (Some(why), _) => Err(why),
+            (None, Some((index, descending))) => read_bounded(heap, index, descending, bound),
+            (None, None) => Err(CannotTell::NoIndex),
+        };
+        pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::UnlockRelationOid(column.relation, lock);
+        newest
+    }
+}
+
+/// Whether a relation holds no block at all (never written, or truncated).
+///
+/// # Safety
+/// `relation` must be open.
+unsafe fn is_empty(relation: pg_sys::Relation) -> bool {
+    // SAFETY: the caller's contract.
+    unsafe {
+        pg_sys::RelationGetNumberOfBlocksInFork(relation, pg_sys::ForkNumber::MAIN_FORKNUM) == 0
+    }
+}
+
+/// The newest id of all, and when that one is beyond `bound`, the newest at or below it: two
+/// descents at most, the second only when an implausible id sits at the top.
+///
+/// # Safety
+/// As [`read_endpoint`].
+unsafe fn read_bounded(
+    heap: pg_sys::Relation,
+    index: pg_sys::Oid,
+    descending: bool,
+    bound: i64,
+) -> Result<Newest, CannotTell> {
+    // SAFETY: the caller's contract.
+    unsafe {
+        let newest = read_endpoint(heap, index, descending, None)?;
+        match newest {
+            Some(id) if id > bound => Ok(Newest {
+                plausible: read_endpoint(heap, index, descending, Some(bound))?,
+                beyond: Some(id),
+            }),
+            plausible => Ok(Newest {
+                plausible,
+                beyond: None,
+            }),
+        }
+    }
+}
+
+/// The highest non-NULL value (at most `at_most`) of the first column of btree `index` on `heap`
+/// (a bigint), among the entries whose row is not yet removable.
+///
+/// # Safety
+/// `heap` is open and locked; `index` is a btree index on it whose first column is bigint, in
+/// bigint's default operator class.
+unsafe fn read_endpoint(
+    heap: pg_sys::Relation,
+    index: pg_sys::Oid,
+    descending: bool,
+    at_most: Option<i64>,
+) -> Result<Option<i64>, CannotTell> {
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    // SAFETY: the caller's contract; this is selfuncs.c's get_actual_variable_endpoint, reading
+    // the index tuple of the first entry whose heap tuple the snapshot accepts.
+    unsafe {
+        if !pg_sys::ConditionalLockRelationOid(index, lock) {
+            return Err(CannotTell::Locked);
+        }
+        let index_oid = index;
+        let index = pg_sys::try_relation_open(index_oid, pg_sys::NoLock as pg_sys::LOCKMODE);
+        if index.is_null() {
+            pg_sys::UnlockRelationOid(index_oid, lock);
+            return Err(CannotTell::NoIndex);
+        }
+        // SnapshotNonVacuumable (InitNonVacuumableSnapshot is a macro): rows inserted or deleted
+        // by transactions still running, and deleted rows not yet removable, all count.
+        let mut snapshot = pg_sys::SnapshotData {
+            snapshot_type: pg_sys::SnapshotType::SNAPSHOT_NON_VACUUMABLE,
+            vistest: pg_sys::GlobalVisTestFor(heap),
+            ..Default::default()
+        };
+        let mut key = pg_sys::ScanKeyData::default();
+        match at_most {
+            // "first column <= at_most" (strict: NULLs never match)
+            Some(bound) => pg_sys::ScanKeyInit(
+                &mut key,
+                1,
+                pg_sys::BTLessEqualStrategyNumber as pg_sys::StrategyNumber,
+                pg_sys::RegProcedure::from(pg_sys::F_INT8LE),
+                pg_sys::Datum::from(bound),
+            ),
+            // "first column IS NOT NULL"
+            None => pg_sys::ScanKeyEntryInitialize(
+                &mut key,
+                (pg_sys::SK_ISNULL | pg_sys::SK_SEARCHNOTNULL) as i32,
+                1,
+                0, // InvalidStrategy
+                pg_sys::InvalidOid,
+                pg_sys::InvalidOid,
+                pg_sys::InvalidOid,
+                pg_sys::Datum::from(0),
+            ),
+        }
+        #[cfg(feature = "pg18")]
+        let scan = pg_sys::index_beginscan(heap, index, &mut snapshot, std::ptr::null_mut(), 1, 0);
+        #[cfg(not(feature = "pg18"))]
+        let scan = pg_sys::index_beginscan(heap, index, &mut snapshot, 1, 0);
+        (*scan).xs_want_itup = true;
+        pg_sys::index_rescan(scan, &mut key, 1, std::ptr::null_mut(), 0);
+        let slot = pg_sys::table_slot_create(heap, std::ptr::null_mut());
+        let direction = if descending {
+            pg_sys::ScanDirection::ForwardScanDirection
+        } else {
+            pg_sys::ScanDirection::BackwardScanDirection
+        };
+        let mut newest = Ok(None);
+        let (mut visited, mut last_block) = (0u32, pg_sys::InvalidBlockNumber);
+        loop {
+            let tid = pg_sys::index_getnext_tid(scan, direction);
+            if tid.is_null() {
+                break;
+            }
+            if !pg_sys::index_fetch_heap(scan, slot) {
+                // a removable row: count the heap pages such entries sent us to
+                let block = (u32::from((*tid).ip_blkid.bi_hi) << 16) | u32::from((*tid).ip_blkid.bi_lo);
+                if block != last_block {
+                    visited += 1;
+                    last_block = block;
+                }
+                if visited > VISITED_PAGES_LIMIT {
+                    newest = Err(CannotTell::DeadEntries);
+                    break;
+                }
+                continue;
+            }
+            if !(*scan).xs_itup.is_null() {
+                let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
+                let mut nulls = [true; pg_sys::INDEX_MAX_KEYS as usize];
+                pg_sys::index_deform_tuple(
+                    (*scan).xs_itup,
+                    (*scan).xs_itupdesc,
+                    values.as_mut_ptr(),
+                    nulls.as_mut_ptr(),
+                );
+                if !nulls[0] {
+                    newest = Ok(Some(values[0].value() as i64));
+                }
+            }
+            break;
+        }
+        pg_sys::ExecDropSingleTupleTableSlot(slot);
+        pg_sys::index_endscan(scan);
+        pg_sys::relation_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::UnlockRelationOid(index_oid, lock);
+        newest
+    }
+}
