@@ -59,10 +59,16 @@ RESET ROLE;
 -- row must not move every new id decades ahead; a WARNING names it, shard_id_check() too
 CREATE SEQUENCE df_far_s;
 CREATE TABLE df_far (id bigint PRIMARY KEY DEFAULT next_shard_id('df_far_s', 8));
+-- 1,024 copied rows 30 minutes ahead, and above them one row no guard could have made: the
+-- floor is the newest plausible id (a second, bounded read of the index), not the column's max
+INSERT INTO df_far SELECT shard_id_compose(now() + interval '30 minutes', 8, g) FROM generate_series(0, 1023) g;
 INSERT INTO df_far VALUES (9223372036854775807);
 INSERT INTO df_far DEFAULT VALUES;
-SELECT shard_id_extract_timestamp(min(id)) BETWEEN now() + interval '9 minutes' AND now() + interval '11 minutes'
-       AS ten_minutes_ahead_not_decades FROM df_far;
+SELECT min(id) FILTER (WHERE shard_id_extract_timestamp(id) > now() + interval '31 minutes')
+         > (SELECT max(id) FROM df_far WHERE id < 9223372036854775807 AND shard_id_extract_timestamp(id) < now() + interval '31 minutes')
+       AS above_the_plausible_rows,
+       shard_id_extract_timestamp(max(id) FILTER (WHERE id < 9223372036854775807)) < now() + interval '31 minutes' AS not_decades
+FROM df_far WHERE id NOT IN (SELECT shard_id_compose(now() + interval '30 minutes', 8, g) FROM generate_series(0, 1023) g);
 SELECT status, detail ~ 'df_far.id \(9223372036854775807\)' AS names_it FROM shard_id_check() WHERE "check" = 'data_floor';
 -- a role that may not read df_far (no grant, or row security that shows it no row) learns that a
 -- row is too far ahead, never the row's id; with SELECT and no row security it sees the id
@@ -87,11 +93,62 @@ RESET ROLE;
 REVOKE SELECT ON df_far FROM regress_df_reader;
 DROP ROLE regress_df_reader;
 DELETE FROM df_far WHERE id = 9223372036854775807;
--- a DEFAULT that is not the call itself stores no ids of the sequence: not read
+-- a DEFAULT that is not the call itself (a wrapper, a cast, shard_id_mask): what it stores is
+-- not the id as issued, and may still repeat it (a masked id repeats when the id does), so the
+-- column counts as "cannot tell": ids start 10 minutes ahead, and shard_id_check() names it
 CREATE SEQUENCE df_wrapped_s;
 CREATE TABLE df_wrapped (id bigint PRIMARY KEY DEFAULT abs(next_shard_id('df_wrapped_s', 9)));
-INSERT INTO df_wrapped VALUES (shard_id_compose(now() + interval '1 hour', 9, 0));
-SELECT shard_id_extract_timestamp(next_shard_id('df_wrapped_s', 9)) < now() + interval '2 s' AS at_the_clock;
+INSERT INTO df_wrapped VALUES (shard_id_compose(now() + interval '5 minutes', 9, 0));
+SELECT shard_id_extract_timestamp(next_shard_id('df_wrapped_s', 9)) > now() + interval '9 minutes' AS ten_minutes_ahead;
+SELECT detail ~ 'df_wrapped.id \(its DEFAULT wraps or casts the next_shard_id call\)' AS names_it_and_why
+FROM shard_id_check() WHERE "check" = 'data_floor';
+-- every shape of DEFAULT that draws from the sequence is seen: a domain's default (at any depth),
+-- a numeric or text column (a cast around the call), coalesce(...), a sequence named by text
+-- (no dependency on it: counts for every sequence). Copied rows 30 to 34 minutes ahead.
+CREATE SEQUENCE df_shape_s;
+CREATE DOMAIN df_sid AS bigint DEFAULT next_shard_id('df_shape_s', 13);
+CREATE DOMAIN df_sid_over AS df_sid;
+CREATE TABLE df_dom (id df_sid PRIMARY KEY);
+CREATE TABLE df_dom_over (id df_sid_over PRIMARY KEY);
+CREATE TABLE df_late (id bigint PRIMARY KEY DEFAULT next_shard_id('df_shape_s'::text, 13));
+SELECT shard_id_resync('df_shape_s');  -- a guard that has read its (empty) floor
+INSERT INTO df_dom VALUES (shard_id_compose(now() + interval '30 minutes', 13, 0));
+SELECT shard_id_resync('df_shape_s') - now() > interval '29 minutes' AS domain_default_seen;
+INSERT INTO df_dom_over VALUES (shard_id_compose(now() + interval '31 minutes', 13, 0));
+SELECT shard_id_resync('df_shape_s') - now() > interval '30 minutes' AS domain_over_domain_seen;
+INSERT INTO df_late VALUES (shard_id_compose(now() + interval '32 minutes', 13, 0));
+SELECT shard_id_resync('df_shape_s') - now() > interval '31 minutes' AS late_bound_seen;
+INSERT INTO df_dom DEFAULT VALUES;
+INSERT INTO df_late DEFAULT VALUES;
+SELECT (SELECT max(id) FROM df_dom) > (SELECT min(id) FROM df_late) AS new_ids_above_every_copied_row;
+CREATE TABLE df_num (id numeric PRIMARY KEY DEFAULT next_shard_id('df_shape_s', 13));
+CREATE TABLE df_coalesce (id bigint PRIMARY KEY DEFAULT coalesce(next_shard_id('df_shape_s', 13), 0));
+INSERT INTO df_num VALUES (shard_id_compose(now() + interval '33 minutes', 13, 0));
+SELECT shard_id_resync('df_shape_s') - now() > interval '9 minutes' AS numeric_column_jumps;
+SELECT detail ~ 'df_num.id \(its DEFAULT wraps' AS numeric_named,
+       detail ~ 'df_coalesce.id' AS empty_table_not_named
+FROM shard_id_check() WHERE "check" = 'data_floor';
+DROP TABLE df_dom, df_dom_over, df_late, df_num, df_coalesce;
+DROP DOMAIN df_sid_over, df_sid;
+DROP SEQUENCE df_shape_s;
+-- a role that may not draw from a sequence cannot move its floor with a table of its own
+CREATE SEQUENCE df_victim_s;
+CREATE TABLE df_victim (id bigint PRIMARY KEY DEFAULT next_shard_id('df_victim_s', 14));
+CREATE ROLE regress_df_mallory;
+CREATE SCHEMA df_m AUTHORIZATION regress_df_mallory;
+SET ROLE regress_df_mallory;
+CREATE TABLE df_m.t (id bigint PRIMARY KEY DEFAULT next_shard_id('public.df_victim_s', 14));
+INSERT INTO df_m.t VALUES (shard_id_compose(now() + interval '65 minutes', 14, 0));
+RESET ROLE;
+INSERT INTO df_victim DEFAULT VALUES;
+SELECT shard_id_extract_timestamp(id) < now() + interval '2 s' AS not_moved FROM df_victim;
+-- with USAGE on the sequence, the role's table counts
+GRANT USAGE ON SEQUENCE df_victim_s TO regress_df_mallory;
+SELECT shard_id_resync('df_victim_s') > now() + interval '64 minutes' AS counted_with_usage;
+DROP SCHEMA df_m CASCADE;
+DROP TABLE df_victim;
+DROP SEQUENCE df_victim_s;
+DROP ROLE regress_df_mallory;
 -- a view with a DEFAULT: never "empty" (its rows are elsewhere), so ids start 10 minutes ahead
 CREATE SEQUENCE df_view_s;
 CREATE TABLE df_base (id bigint, n int);
@@ -127,7 +184,7 @@ DROP SEQUENCE df_path_s;
 DROP SCHEMA df_evil CASCADE;
 -- DEFAULTs of other kinds are not counted as next_shard_id DEFAULTs
 SELECT detail ~ ('^' || (SELECT count(*) FROM pg_attrdef
-                           WHERE pg_get_expr(adbin, adrelid) ~ 'next_shard_id\(''.*''::regclass, \d+\)')
+                           WHERE pg_get_expr(adbin, 0) ~ 'next_shard_id\(''.*''::regclass, \d+\)')
                   || ' next_shard_id DEFAULTs') AS counted_exactly
 FROM shard_id_check() WHERE "check" = 'shard_numbers';
 DROP TABLE df_photos, df_events, df_plain, df_rls;
