@@ -93,14 +93,24 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
                 // cannot be written there: check again at the next id)
                 return;
             }
-            if record && record_without_failing() {
-                // The row is part of this transaction: if it, or a subtransaction around it,
-                // aborts, the next id checks again (the rows will say whether to record).
-                let again = || CHECKED.store(false, Ordering::Relaxed);
-                pgrx::register_xact_callback(PgXactCallbackEvent::Abort, again);
-                pgrx::register_subxact_callback(PgSubXactCallbackEvent::AbortSub, move |_, _| {
-                    again()
-                });
+            let again = || CHECKED.store(false, Ordering::Relaxed);
+            match record.then(record_without_failing) {
+                Some(Recording::Recorded) => {
+                    // The row is part of this transaction: if it, or a subtransaction around
+                    // it, aborts, the next id checks again (the rows will say whether to record).
+                    pgrx::register_xact_callback(PgXactCallbackEvent::Abort, again);
+                    pgrx::register_subxact_callback(
+                        PgSubXactCallbackEvent::AbortSub,
+                        move |_, _| again(),
+                    );
+                }
+                Some(Recording::Later) => {
+                    // Another transaction records (or did, after this one's snapshot): this
+                    // backend's next transaction checks again, and reads what it wrote.
+                    pgrx::register_xact_callback(PgXactCallbackEvent::Commit, again);
+                    pgrx::register_xact_callback(PgXactCallbackEvent::Abort, again);
+                }
+                Some(Recording::Failed) | None => {}
             }
         }
     }
@@ -156,13 +166,40 @@ where
     }
 }
 
-/// Records this server in a subtransaction, so that no failure to record fails the id: with the
-/// SQL of a version before 0.6.0, whose `_pg_shard_id.origin` has no replica identity, a
-/// publication that publishes deletes refuses the DELETE of other servers' rows (55000), and that
-/// failed every first id of every backend in a database with a `FOR ALL TABLES` publication. A
-/// failure is a WARNING (once per backend) naming the fix, and the id is issued: the data floor,
-/// not the record, keeps ids above data made elsewhere. Returns whether it recorded.
-fn record_without_failing() -> bool {
+/// What became of recording this server.
+enum Recording {
+    Recorded,
+    /// Not now, and nothing is wrong: another transaction is recording (its lock on the table is
+    /// held), or recorded after this transaction's snapshot was taken (REPEATABLE READ), or this
+    /// transaction is SERIALIZABLE. The next transaction's first id checks again.
+    Later,
+    /// A failure of the recording itself (a WARNING was given); the ids are issued all the same.
+    Failed,
+}
+
+/// Records this server in a subtransaction, so that the extension's bookkeeping never waits for,
+/// nor fails, the insert whose first id it is (README, guarantee 9):
+/// * recorders take the origin table's SHARE ROW EXCLUSIVE lock, which conflicts with itself,
+///   only if it is free at once: a transaction that recorded and is still open (its rows locked
+///   until it ends) makes the others record later, never wait for it;
+/// * under REPEATABLE READ, a recording that finds the rows changed since its snapshot (another
+///   transaction recorded and committed: "could not serialize access due to concurrent
+///   delete") is rolled back with its subtransaction and left for later; that error dooms
+///   nothing at that isolation level;
+/// * under SERIALIZABLE nothing is written: a write to the table every backend reads would let
+///   the serializable snapshot isolation fail users' transactions over the extension's own rows
+///   (writes by other isolation levels are not tracked by it, so the reads stay harmless).
+///
+/// Any other failure is a WARNING (once per backend) naming the fix, and the id is issued: with
+/// the SQL of a version before 0.6.0, whose `_pg_shard_id.origin` has no replica identity, a
+/// publication that publishes deletes refuses the DELETE of other servers' rows (55000), which
+/// failed every first id of every backend in a database with a `FOR ALL TABLES` publication. The
+/// data floor, not the record, keeps ids above data made elsewhere.
+fn record_without_failing() -> Recording {
+    // SAFETY: a backend global of the transaction state.
+    if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_SERIALIZABLE as i32 {
+        return Recording::Later;
+    }
     // SAFETY: PL/pgSQL's protocol for an exception block (pl_exec.c, exec_stmt_block): begin an
     // internal subtransaction, run, then release it or roll it back, and restore the memory
     // context and resource owner the caller had. The ERROR, if any, was caught and its state
@@ -172,12 +209,9 @@ fn record_without_failing() -> bool {
         let owner = pg_sys::CurrentResourceOwner;
         pg_sys::BeginInternalSubTransaction(std::ptr::null());
         pg_sys::MemoryContextSwitchTo(context);
-        let outcome = PgTryBuilder::new(|| {
-            record_this_server();
-            Ok(())
-        })
-        .catch_others(|caught| Err(Box::new(caught)))
-        .execute();
+        let outcome = PgTryBuilder::new(|| Ok(lock_origin_at_once() && record_this_server()))
+            .catch_others(|caught| Err(Box::new(caught)))
+            .execute();
         if outcome.is_ok() {
             pg_sys::ReleaseCurrentSubTransaction();
         } else {
@@ -188,7 +222,8 @@ fn record_without_failing() -> bool {
         outcome
     };
     let caught = match outcome {
-        Ok(()) => return true,
+        Ok(true) => return Recording::Recorded,
+        Ok(false) => return Recording::Later,
         Err(caught) => caught,
     };
     let report = match caught.as_ref() {
@@ -198,21 +233,20 @@ fn record_without_failing() -> bool {
             ereport: report, ..
         } => report,
     };
-    // A cancel, a timeout, a deadlock or a lack of resources is not the recording's own failure:
-    // it must end the statement as it would anywhere else (PL/pgSQL's WHEN OTHERS does not catch
-    // a cancel either).
     use PgSqlErrorCode::*;
-    if matches!(
-        report.sql_error_code(),
+    match report.sql_error_code() {
+        // the rows changed after this transaction's snapshot: another transaction recorded
+        ERRCODE_T_R_SERIALIZATION_FAILURE => return Recording::Later,
+        // A cancel, a timeout, a deadlock or a lack of resources is not the recording's own
+        // failure: it must end the statement as it would anywhere else (PL/pgSQL's WHEN OTHERS
+        // does not catch a cancel either).
         ERRCODE_QUERY_CANCELED
-            | ERRCODE_ADMIN_SHUTDOWN
-            | ERRCODE_T_R_DEADLOCK_DETECTED
-            | ERRCODE_T_R_SERIALIZATION_FAILURE
-            | ERRCODE_LOCK_NOT_AVAILABLE
-            | ERRCODE_OUT_OF_MEMORY
-            | ERRCODE_DISK_FULL
-    ) {
-        (*caught).rethrow();
+        | ERRCODE_ADMIN_SHUTDOWN
+        | ERRCODE_T_R_DEADLOCK_DETECTED
+        | ERRCODE_LOCK_NOT_AVAILABLE
+        | ERRCODE_OUT_OF_MEMORY
+        | ERRCODE_DISK_FULL => (*caught).rethrow(),
+        _ => {}
     }
     ereport!(
         PgLogLevel::WARNING,
@@ -224,16 +258,35 @@ fn record_without_failing() -> bool {
         "Ids are issued all the same. Run ALTER EXTENSION pg_shard_id UPDATE (0.6.0 gives the \
          table a replica identity); shard_id_check() says what else is wrong."
     );
-    false
+    Recording::Failed
+}
+
+/// Takes `_pg_shard_id.origin`'s SHARE ROW EXCLUSIVE lock if it is free at once (held until the
+/// transaction ends, as the rows written under it are); false when another transaction holds it
+/// or a conflicting lock. Only recorders take it, so it never makes anything else wait but a
+/// statement that locks the whole table.
+fn lock_origin_at_once() -> bool {
+    let Some(table) = Spi::get_one::<pg_sys::Oid>(
+        "SELECT pg_catalog.to_regclass('_pg_shard_id.origin')::pg_catalog.oid",
+    )
+    .ok()
+    .flatten() else {
+        return true; // (record_origin() says what is missing)
+    };
+    // SAFETY: a lock on a relation by oid, inside a transaction; never waits.
+    unsafe {
+        pg_sys::ConditionalLockRelationOid(table, pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE)
+    }
 }
 
 /// Runs `_pg_shard_id.record_origin()` through the function manager: it is SECURITY DEFINER and
 /// nobody has EXECUTE on it, so only the extension (and superusers) can record a server.
-fn record_this_server() {
+fn record_this_server() -> bool {
     let oid = member_function("_pg_shard_id.record_origin()").unwrap_or_else(|| {
         error!("pg_shard_id: _pg_shard_id.record_origin() is missing; reinstall the extension")
     });
     // SAFETY: a function of this extension (checked above) that takes no arguments and returns a
     // boolean.
     unsafe { pg_sys::OidFunctionCall0Coll(oid, pg_sys::InvalidOid) };
+    true
 }
