@@ -131,8 +131,7 @@ type Read = (data_floor::Column, Result<Newest, CannotTell>);
 /// `data_floor` and `replication` rows. Never waits: the catalog query takes no lock, and a
 /// table or index locked by another transaction is reported as such, not waited for.
 fn read_columns(epoch: i64, now_unix_ms: i64) -> Vec<Read> {
-    let bound =
-        data_floor::last_id_of(now_unix_ms - epoch + data_floor::PLAUSIBLE_AHEAD_MS);
+    let bound = data_floor::last_id_of(now_unix_ms - epoch + data_floor::PLAUSIBLE_AHEAD_MS);
     data_floor::columns_of(None)
         .into_iter()
         .map(|column| {

@@ -32,7 +32,9 @@ impl CannotTell {
             CannotTell::Expression => "its DEFAULT wraps or casts the next_shard_id call",
             CannotTell::Type => "not bigint",
             CannotTell::Temporary => "another session's temporary table",
-            CannotTell::Relation => "not a heap table (a view, foreign table or other access method)",
+            CannotTell::Relation => {
+                "not a heap table (a view, foreign table or other access method)"
+            }
             CannotTell::NoIndex => "no btree index has it as first column",
             CannotTell::Locked => "locked by another transaction when read",
             CannotTell::DeadEntries => "too many dead index entries at the top of the index",
@@ -120,12 +122,8 @@ unsafe fn read_rows() -> Vec<Column> {
         let table = pg_sys::SPI_tuptable;
         let get = |row: usize, column: i32| {
             let mut null = false;
-            let datum = pg_sys::SPI_getbinval(
-                *(*table).vals.add(row),
-                (*table).tupdesc,
-                column,
-                &mut null,
-            );
+            let datum =
+                pg_sys::SPI_getbinval(*(*table).vals.add(row), (*table).tupdesc, column, &mut null);
             (datum, null)
         };
         let oid = |(d, null): (pg_sys::Datum, bool)| pg_sys::Oid::from_datum(d, null);
@@ -136,7 +134,10 @@ unsafe fn read_rows() -> Vec<Column> {
                 name: text(get(row, 3)).unwrap_or_default(),
                 cannot_tell: text(get(row, 4)).map(|code| CannotTell::from_sql(&code)),
                 index: oid(get(row, 5)).map(|index| {
-                    (index, bool::from_datum(get(row, 6).0, get(row, 6).1).unwrap_or(false))
+                    (
+                        index,
+                        bool::from_datum(get(row, 6).0, get(row, 6).1).unwrap_or(false),
+                    )
                 }),
             })
             .collect()

@@ -35,10 +35,9 @@ pub unsafe fn newest_in(column: &Column, bound: i64) -> Result<Newest, CannotTel
     // partition until its transaction ends. A lock that is not free is "cannot tell". Every
     // scan resource is released below or, after an ERROR, by the transaction's abort.
     unsafe {
-        match column.cannot_tell {
-            // another session's temporary table: no block count or lock of ours says anything
-            Some(CannotTell::Temporary) => return Err(CannotTell::Temporary),
-            Some(_) | None => {}
+        // another session's temporary table: no block count or lock of ours says anything
+        if column.cannot_tell == Some(CannotTell::Temporary) {
+            return Err(CannotTell::Temporary);
         }
         if !pg_sys::ConditionalLockRelationOid(column.relation, lock) {
             return Err(CannotTell::Locked);
@@ -176,7 +175,8 @@ unsafe fn read_endpoint(
             }
             if !pg_sys::index_fetch_heap(scan, slot) {
                 // a removable row: count the heap pages such entries sent us to
-                let block = (u32::from((*tid).ip_blkid.bi_hi) << 16) | u32::from((*tid).ip_blkid.bi_lo);
+                let block =
+                    (u32::from((*tid).ip_blkid.bi_hi) << 16) | u32::from((*tid).ip_blkid.bi_lo);
                 if block != last_block {
                     visited += 1;
                     last_block = block;

@@ -13,11 +13,13 @@
 //!   scanned every slot, twice: 17 ms with the lock held at 2^20 slots, `examples/claim_cost.rs`).
 //! * **The table is never full.** When a key's window is taken, the least recently used slot of
 //!   the window is given to the new sequence, and the evicted guard's last millisecond, plus one,
-//!   goes into the table's *floor*: every guard created from then on starts at or above it. A
-//!   sequence that comes back after its slot was taken therefore issues above everything it issued
-//!   before, and no amount of churn (say, a role creating thousands of temporary sequences) can
-//!   make another sequence fail or repeat. The same floor carries the lease file's value after a
-//!   restart.
+//!   is kept *for its sequence* ([`EVICTED_KEPT`] of them): a sequence that comes back after its
+//!   slot was taken starts above everything it issued before, and a lead one sequence had (its
+//!   data floor put it an hour ahead: rows copied in, a temporary table of its own) moves no other
+//!   sequence. When more are kept than there is room for, the smallest goes into the table's
+//!   *floor*, under every guard created from then on. No amount of churn (say, a role creating
+//!   thousands of temporary sequences) can make another sequence fail or repeat. The same floor
+//!   carries the lease file's value after a restart.
 //! * Claiming a slot and issuing its first id happen in one critical section, so a claimed slot
 //!   cannot be evicted before its claimer has used it: every call makes progress.
 
@@ -60,6 +62,12 @@ pub const fn database_of(key: SlotKey) -> u32 {
 /// with a chance below 1e-9 while a quarter of the slots are taken.
 pub const WINDOW_SLOTS: usize = 32;
 
+/// How many evicted sequences' last milliseconds the table keeps, each for its own sequence,
+/// before the smallest goes into the floor under every sequence. 64: a role that wants to move
+/// every sequence's ids ahead through evictions needs more than 64 sequences whose own data
+/// floors are ahead, and moves them at most as far as the data floor trusts (1 h 10 min).
+pub const EVICTED_KEPT: usize = 64;
+
 /// Shared memory per slot, in bytes (the `pg_shard_id.max_sequences` description quotes it).
 pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
 
@@ -87,6 +95,9 @@ struct Header {
     /// were made by another server or database (ms since the epoch; `i64::MIN`: none).
     elsewhere_floor: AtomicI64,
     claim_lock: SpinLock,
+    /// Evicted sequences: `(key, one past the last ms it issued)`, key 0 for a free entry.
+    /// Read and written only with `claim_lock` held.
+    evicted: UnsafeCell<[(SlotKey, i64); EVICTED_KEPT]>,
 }
 
 #[repr(C)]
@@ -157,6 +168,7 @@ impl SlotTable {
                 data_floor_requests: AtomicU64::new(0),
                 elsewhere_floor: AtomicI64::new(i64::MIN),
                 claim_lock: SpinLock::new(),
+                evicted: UnsafeCell::new([(0, i64::MIN); EVICTED_KEPT]),
             });
             let slots = mem.add(slots_offset()).cast::<Slot>();
             for i in 0..capacity {
@@ -330,7 +342,7 @@ impl SlotTable {
             // SAFETY: the slot's lock is held.
             let evicted_last = unsafe { (*slot.state.get()).last_ms() };
             if let Some(last) = evicted_last {
-                self.raise_floor(last.saturating_add(1));
+                self.keep_evicted(slot.key.load(Ordering::Relaxed), last.saturating_add(1));
             }
             self.hand_over(slot, key);
             self.header().evictions.fetch_add(1, Ordering::Relaxed);
@@ -342,7 +354,7 @@ impl SlotTable {
     /// Gives `slot` to `key` with a fresh guard that starts at the floor. The slot's lock must be
     /// held, and the claim lock (keys change only under it).
     fn hand_over(&self, slot: &Slot, key: SlotKey) {
-        let floor = self.floor();
+        let floor = self.floor().max(self.take_evicted(key).unwrap_or(i64::MIN));
         let fresh = match self.next_floor_request() {
             Some(request) => GuardState::awaiting_data_floor(floor, request),
             None => GuardState::with_floor(floor),
@@ -350,6 +362,47 @@ impl SlotTable {
         // SAFETY: the slot's lock is held.
         unsafe { *slot.state.get() = fresh };
         slot.key.store(key, Ordering::Release);
+    }
+
+    /// Keeps `next_ms` (one past the last ms it issued) for evicted `key`. When every entry is
+    /// taken, the smallest of them and `next_ms` goes into the floor, and its entry to the other.
+    /// The claim lock must be held.
+    fn keep_evicted(&self, key: SlotKey, next_ms: i64) {
+        let floor = self.floor();
+        // SAFETY: the claim lock is held, and only its holder touches the entries.
+        let kept = unsafe { &mut *self.header().evicted.get() };
+        if next_ms <= floor {
+            return; // the floor covers it
+        }
+        if let Some(entry) = kept.iter_mut().find(|e| e.0 == key) {
+            entry.1 = entry.1.max(next_ms);
+            return;
+        }
+        if let Some(entry) = kept.iter_mut().find(|e| e.0 == 0 || e.1 <= floor) {
+            *entry = (key, next_ms);
+            return;
+        }
+        let smallest = kept
+            .iter_mut()
+            .min_by_key(|e| e.1)
+            .expect("EVICTED_KEPT > 0");
+        if smallest.1 < next_ms {
+            self.raise_floor(smallest.1);
+            *smallest = (key, next_ms);
+        } else {
+            self.raise_floor(next_ms);
+        }
+    }
+
+    /// What [`SlotTable::keep_evicted`] kept for `key`, forgotten now that it has a slot again.
+    /// The claim lock must be held.
+    fn take_evicted(&self, key: SlotKey) -> Option<i64> {
+        // SAFETY: the claim lock is held, and only its holder touches the entries.
+        let kept = unsafe { &mut *self.header().evicted.get() };
+        let entry = kept.iter_mut().find(|e| e.0 == key)?;
+        let next_ms = entry.1;
+        *entry = (0, i64::MIN);
+        Some(next_ms)
     }
 
     /// The key of every slot, in slot order (0: empty; tests only).

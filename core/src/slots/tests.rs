@@ -155,7 +155,7 @@ fn one_key_one_slot_and_separate_guards_per_key() {
 }
 
 #[test]
-fn a_full_table_evicts_the_least_recently_used_and_carries_its_last_ms_into_the_floor() {
+fn a_full_table_evicts_the_least_recently_used_and_keeps_its_last_ms_for_its_sequence() {
     let owned = OwnedSlotTable::new(2);
     let t = owned.table();
     let (a, b, c) = (slot_key(1, 1), slot_key(1, 2), slot_key(1, 3));
@@ -165,15 +165,41 @@ fn a_full_table_evicts_the_least_recently_used_and_carries_its_last_ms_into_the_
         issue_now(t, b, 9, 5_000);
     }
     issue_now(t, a, 1, 6_000); // a is now the more recently used
-    assert_eq!(t.floor(), i64::MIN);
-    // c evicts b (least recently used), whose last ms becomes the floor
-    assert_eq!(issue_now(t, c, 0, 6_000), 6_000);
+                               // c evicts b (least recently used); b's last ms is kept for b, not put under everyone
+    assert_eq!(issue_now(t, c, 0, 100), 100, "c does not inherit b's lead");
     assert_eq!(t.evictions(), 1);
     assert_eq!(t.last_ms(b), None, "b lost its slot");
-    assert_eq!(t.floor(), 5_003);
-    // b comes back with the clock stepped far back: it still issues above all its old ids
-    assert_eq!(issue_now(t, b, 9, 100), 6_001);
+    assert_eq!(t.floor(), i64::MIN);
+    // b comes back (evicting a) with the clock stepped far back: it still issues above all its
+    // old ids
+    assert_eq!(issue_now(t, b, 9, 100), 5_003);
+    // and so does a (evicting c)
+    assert_eq!(issue_now(t, a, 1, 100), 6_001);
     assert_eq!(t.in_use(), 2, "never more slots than the capacity");
+}
+
+#[test]
+fn one_sequences_lead_moves_no_other_until_more_are_kept_than_there_is_room_for() {
+    let owned = OwnedSlotTable::new(1);
+    let t = owned.table();
+    // a sequence an hour ahead (its data floor said so), then evicted: the next is not moved
+    let ahead = slot_key(1, 1);
+    assert_eq!(issue_now(t, ahead, 0, 3_600_000), 3_600_000);
+    assert_eq!(issue_now(t, slot_key(1, 2), 0, 1_000), 1_000);
+    // EVICTED_KEPT evicted sequences are kept at once (the loop's keys evict one another)...
+    for n in 0..EVICTED_KEPT as u32 - 1 {
+        issue_now(t, slot_key(2, n), 0, 10_000 + i64::from(n));
+    }
+    assert_eq!(
+        t.floor(),
+        i64::MIN,
+        "{EVICTED_KEPT} kept, the floor untouched"
+    );
+    // ...one more puts the smallest kept value (slot_key(1, 2)'s) into the floor
+    assert_eq!(issue_now(t, slot_key(3, 1), 0, 1_000), 1_001);
+    assert_eq!(t.floor(), 1_001);
+    // the one an hour ahead is still kept for itself
+    assert_eq!(issue_now(t, ahead, 0, 1_000), 3_600_001);
 }
 
 #[test]
@@ -207,12 +233,14 @@ fn a_key_lives_in_its_window_and_a_full_window_evicts_within_it() {
         None,
         "the least recently used of the window went"
     );
-    assert_eq!(t.floor(), 1_001);
+    assert_eq!(t.floor(), i64::MIN, "kept for its own sequence");
     assert_eq!(t.in_use(), WINDOW_SLOTS);
     // every other key is still found where it was, without a claim
     for &k in &same[1..] {
         assert_eq!(t.find(k).map(|i| window.contains(&i)), Some(true));
     }
+    // the evicted key comes back with the clock far back: above its own last id
+    assert_eq!(issue_now(t, first, 0, 5), 1_001);
 }
 
 proptest! {
@@ -261,7 +289,11 @@ fn a_cached_index_of_an_evicted_key_is_not_used_for_it() {
             clock_stepped_back_by: None
         }
     );
-    assert_eq!(t.floor(), 61);
+    assert_eq!(
+        t.floor(),
+        i64::MIN,
+        "each last ms is kept for its own sequence"
+    );
     assert_eq!(t.evictions(), 2);
 }
 
