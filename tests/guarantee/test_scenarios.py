@@ -1,0 +1,234 @@
+"""The guarantee under attack (issue 36): the paths by which copied rows slipped below new ids, the
+origin record that blocked and failed inserts, the health check that hung behind a lock, and two
+writers with one node number. Each needs several sessions or a restart, so each runs in a real
+cluster (pgcluster.py). Run by tests/guarantee/run.sh."""
+
+import threading
+
+import psycopg
+import pytest
+
+from pgcluster import Cluster, wait_for
+
+MINUTE_MS = 60_000
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    c = Cluster("guarantee")
+    yield c
+    c.destroy()
+
+
+@pytest.fixture
+def db(cluster, request):
+    """A new database with the extension, named after the test."""
+    name = "g_" + request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:50]
+    cluster.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
+    cluster.sql(f"CREATE DATABASE {name}")
+    cluster.sql("SET client_min_messages = warning; CREATE EXTENSION pg_shard_id", name)
+    return name
+
+
+def lead_ms(conn, id_sql):
+    """How far ahead of the clock (ms) the id is."""
+    return ts_lead_ms(conn, f"shard_id_extract_timestamp(({id_sql}))")
+
+
+def ts_lead_ms(conn, ts_sql):
+    """How far ahead of the clock (ms) the timestamp is."""
+    return conn.execute(
+        f"SELECT (extract(epoch FROM ({ts_sql}) - clock_timestamp()) * 1000)::bigint").fetchone()[0]
+
+
+def other_server_origin(cluster, db):
+    """Makes the database's origin say its ids were made by another server (a restore)."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE origin_probe")
+        conn.execute("SELECT next_shard_id('origin_probe', 0)")  # records this server
+        conn.execute("UPDATE _pg_shard_id.origin SET system_identifier = system_identifier + 1")
+        assert conn.execute("SELECT count(*) FROM _pg_shard_id.origin").fetchone()[0] == 1
+
+
+# -- the origin record never waits for, nor fails, an insert ----------------------------------
+
+ISOLATIONS = ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"]
+
+
+@pytest.mark.parametrize("sessions", [2, 8])
+@pytest.mark.parametrize("isolation", ISOLATIONS)
+def test_the_origin_record_never_waits_nor_fails_an_insert(cluster, db, isolation, sessions):
+    with cluster.connect(db) as conn:
+        for i in range(sessions + 1):
+            conn.execute(f"CREATE SEQUENCE s{i}")
+            conn.execute(f"CREATE TABLE t{i} (id bigint PRIMARY KEY DEFAULT next_shard_id('s{i}', {i}))")
+    other_server_origin(cluster, db)
+    # session 0's first id records the origin, and its transaction stays open
+    holder = cluster.connect(db, autocommit=False)
+    holder.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+    holder.execute("INSERT INTO t0 DEFAULT VALUES")
+    # the other sessions' first inserts, into other tables: none waits (lock_timeout would fail
+    # it with 55P03), none fails; a REPEATABLE READ one holds a snapshot taken before session 0
+    # commits, and inserts after it did
+    early = []
+    for i in range(1, sessions + 1):
+        c = cluster.connect(db, autocommit=False, options="-c lock_timeout=3s")
+        c.execute(f"SET TRANSACTION ISOLATION LEVEL {isolation}")
+        c.execute("SELECT 1")  # the snapshot
+        early.append(c)
+    errors = []
+
+    def first_insert(i, conn):
+        try:
+            conn.execute(f"INSERT INTO t{i} DEFAULT VALUES")
+            conn.commit()
+        except psycopg.Error as e:
+            errors.append(f"session {i}: {e.sqlstate} {e}")
+
+    half = len(early) // 2
+    threads = [threading.Thread(target=first_insert, args=(i + 1, c)) for i, c in enumerate(early[:half])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    holder.commit()  # the others' snapshots predate this commit
+    threads = [threading.Thread(target=first_insert, args=(i + 1 + half, c))
+               for i, c in enumerate(early[half:])]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    for c in early + [holder]:
+        c.close()
+    assert errors == []
+    rows = cluster.one(f"SELECT " + " + ".join(f"(SELECT count(*) FROM t{i})" for i in range(sessions + 1)), db)
+    assert rows == sessions + 1
+    # recorded by someone, in the end: a new READ COMMITTED session leaves one row, this server's
+    cluster.sql("INSERT INTO t0 DEFAULT VALUES", db)
+    assert cluster.sql(
+        "SELECT count(*), bool_and(system_identifier = (SELECT system_identifier FROM pg_control_system())) "
+        "FROM _pg_shard_id.origin", db) == [(1, True)]
+
+
+# -- what the data floor cannot read is flagged, never skipped, and never waited for ------------
+
+def test_a_table_locked_at_the_first_id_is_cannot_tell_named_as_locked(cluster, db):
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE s")
+        conn.execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1))")
+        conn.execute("CREATE TABLE u (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 2))")
+        conn.execute("INSERT INTO t VALUES (shard_id_compose(now() + interval '5 minutes', 1, 0))")
+    migration = cluster.connect(db, autocommit=False)
+    migration.execute("LOCK TABLE t IN ACCESS EXCLUSIVE MODE")
+    with cluster.connect(db, options="-c statement_timeout=20s -c client_min_messages=log") as conn:
+        notices = []
+        conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+        conn.execute("INSERT INTO u DEFAULT VALUES")  # the first id of s: t cannot be read
+        assert lead_ms(conn, "SELECT max(id) FROM u") > 9 * MINUTE_MS
+        assert any("t.id (locked by another transaction when read)" in n for n in notices), notices
+        # the health check answers behind the lock, and says what it could not read
+        detail = conn.execute(
+            "SELECT detail FROM shard_id_check() WHERE \"check\" = 'data_floor'").fetchone()[0]
+        assert "public.t.id (locked by another transaction when read)" in detail
+        assert conn.execute("SELECT count(*) FROM shard_id_check()").fetchone()[0] >= 8
+    migration.rollback()
+    migration.close()
+
+
+def test_another_sessions_temporary_table_is_cannot_tell(cluster, db):
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE s")
+        conn.execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1))")
+    staging = cluster.connect(db)
+    staging.execute("CREATE TEMP TABLE staged (LIKE t INCLUDING DEFAULTS INCLUDING INDEXES)")
+    staging.execute("INSERT INTO staged VALUES (shard_id_compose(now() + interval '5 minutes', 1, 0))")
+    with cluster.connect(db) as conn:
+        assert lead_ms(conn, "SELECT next_shard_id('s', 1)") > 5 * MINUTE_MS
+        detail = conn.execute(
+            "SELECT detail FROM shard_id_check() WHERE \"check\" = 'data_floor'").fetchone()[0]
+        assert "staged.id (another session's temporary table)" in detail
+        # the session's own temporary table is read (its buffers are its own)
+        staging.execute("INSERT INTO staged VALUES (shard_id_compose(now() + interval '40 minutes', 1, 0))")
+        assert ts_lead_ms(staging, "SELECT shard_id_resync('s')") > 39 * MINUTE_MS
+    staging.close()
+
+
+def test_a_repeatable_read_first_id_sees_a_default_added_after_its_snapshot(cluster, db):
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE s")
+        conn.execute("CREATE TABLE t (id bigint PRIMARY KEY)")
+    reader = cluster.connect(db, autocommit=False)
+    reader.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+    reader.execute("SELECT 1")  # the snapshot
+    with cluster.connect(db) as conn:
+        conn.execute("INSERT INTO t VALUES (shard_id_compose(now() + interval '20 minutes', 1, 0))")
+        conn.execute("ALTER TABLE t ALTER id SET DEFAULT next_shard_id('s', 1)")
+    assert lead_ms(reader, "SELECT next_shard_id('s', 1)") > 19 * MINUTE_MS
+    reader.rollback()
+    reader.close()
+
+
+def test_dead_entries_at_the_top_of_the_index_bound_the_read(cluster, db):
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE s")
+        conn.execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1), pad int) "
+                     "WITH (autovacuum_enabled = off)")
+        conn.execute("INSERT INTO t VALUES (shard_id_compose(now() + interval '2 minutes', 1, 0), 0)")
+        conn.execute("INSERT INTO t SELECT shard_id_compose(now() + interval '3 minutes', 1, 0) + g, g "
+                     "FROM generate_series(1, 100000) g")
+        conn.execute("DELETE FROM t WHERE pad > 0")
+        # the read gives up after 100 heap pages of removable rows: cannot tell, 10 minutes ahead
+        assert ts_lead_ms(conn, "SELECT shard_id_resync('s')") > 9 * MINUTE_MS
+        detail = conn.execute(
+            "SELECT detail FROM shard_id_check() WHERE \"check\" = 'data_floor'").fetchone()[0]
+        assert "too many dead index entries" in detail
+        conn.execute("VACUUM t")
+        lead = ts_lead_ms(conn, "SELECT shard_id_resync('s')")
+        assert 1 * MINUTE_MS < lead < 3 * MINUTE_MS
+
+
+# -- two writers with one node number are noticed ---------------------------------------------
+
+def test_the_node_form_counts_with_the_servers_node_number(cluster, db):
+    cluster.append_conf(["pg_shard_id.node = 7"])
+    cluster.sql("SELECT pg_reload_conf()")
+    assert wait_for(lambda: cluster.one("SHOW pg_shard_id.node", db) == "7")
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE a")
+        conn.execute("CREATE SEQUENCE b")
+        conn.execute("CREATE TABLE ta (id bigint PRIMARY KEY DEFAULT next_shard_id('a'))")
+        conn.execute("CREATE TABLE tb (id bigint PRIMARY KEY DEFAULT next_shard_id('b', 7))")
+        status, detail = conn.execute(
+            "SELECT status, detail FROM shard_id_check() WHERE \"check\" = 'shard_numbers'").fetchone()
+        assert status == "warning" and "shard 7" in detail and "ta" in detail and "tb" in detail
+    cluster.append_conf(["pg_shard_id.node = -1"])
+    cluster.sql("SELECT pg_reload_conf()")
+
+
+def test_two_writers_with_one_node_number_are_flagged_on_the_receiver():
+    """Two servers, each with the node form DEFAULT, one replicating its rows to the other: with
+    one node number the receiver's replication row warns; with two, it is ok."""
+    pub = Cluster("node_pub", conf=["wal_level = logical", "pg_shard_id.node = 1"])
+    sub = Cluster("node_sub", conf=["pg_shard_id.node = 1"])
+    try:
+        for c in (pub, sub):
+            c.sql("SET client_min_messages = warning; CREATE EXTENSION pg_shard_id")
+            c.sql("CREATE SEQUENCE s")
+            c.sql("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s'))")
+        pub.sql("CREATE PUBLICATION p FOR TABLE t")
+        sub.sql(f"CREATE SUBSCRIPTION sp CONNECTION 'host={pub.dir} port={pub.port} user=postgres "
+                "dbname=postgres' PUBLICATION p")
+        pub.sql("INSERT INTO t (id) SELECT next_shard_id('s') FROM generate_series(1, 100)")
+        assert wait_for(lambda: sub.one("SELECT count(*) FROM t") == 100, 60)
+
+        def replication_row():
+            return sub.sql("SELECT status, detail FROM shard_id_check() WHERE \"check\" = 'replication'")[0]
+
+        status, detail = replication_row()
+        assert status == "warning" and "shard 1" in detail, detail
+        sub.append_conf(["pg_shard_id.node = 2"])
+        sub.sql("SELECT pg_reload_conf()")
+        assert wait_for(lambda: replication_row()[0] == "ok")
+    finally:
+        sub.destroy()
+        pub.destroy()
