@@ -8,7 +8,7 @@
 -- $1: the sequence (NULL: every sequence). One row per column of a leaf relation:
 --   relid, seq (NULL: the DEFAULT names no sequence, it is chosen from text at run time, so the
 --   column counts for every sequence), name, cannot_tell (NULL, or why no index can say what the
---   column holds), index, descending.
+--   column holds), index, descending, shard (NULL: the node form).
 --
 -- A column counts when its default, the column's own DEFAULT or else the nearest DEFAULT of its
 -- domain chain, depends on one of this extension's next_shard_id functions (the dependency that
@@ -41,22 +41,23 @@ domains AS (  -- such a domain, and every domain over it that has no default of 
 ),
 defaults AS (  -- (table, column, the object that holds the expression, the expression)
     SELECT ad.adrelid AS relid, a.attname, 'pg_attrdef'::regclass AS classid, ad.oid AS objid,
-           ad.adbin::text AS expr
+           ad.adbin AS expr
       FROM pg_attrdef ad
       JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum
      WHERE ad.oid IN (SELECT c.objid FROM calls c WHERE c.classid = 'pg_attrdef'::regclass)
     UNION ALL
     -- a domain's default applies where the column has none of its own (a view's inserts take the
     -- base table's, which is counted there)
-    SELECT a.attrelid, a.attname, 'pg_type'::regclass, d.has_default, t.typdefaultbin::text
+    SELECT a.attrelid, a.attname, 'pg_type'::regclass, d.has_default, t.typdefaultbin
       FROM domains d
       JOIN pg_attribute a ON a.atttypid = d.oid
       JOIN pg_type t ON t.oid = d.has_default
       JOIN pg_class r ON r.oid = a.attrelid
      WHERE a.attnum > 0 AND NOT a.attisdropped AND NOT a.atthasdef AND r.relkind IN ('r', 'p', 'f')
 ),
-named AS (  -- with each sequence the expression names (none: the sequence comes from text)
-    SELECT f.relid, f.attname, f.expr, s.seq
+named AS (  -- with each sequence the expression names (none: the sequence comes from text), the
+            -- stored tree as text, and deparsed (with no relation: pg_get_expr takes no lock then)
+    SELECT f.relid, f.attname, f.expr::text AS expr, pg_get_expr(f.expr, 0) AS deparsed, s.seq
       FROM defaults f
       LEFT JOIN LATERAL (
           SELECT d.refobjid AS seq
@@ -67,9 +68,9 @@ named AS (  -- with each sequence the expression names (none: the sequence comes
 ),
 tree AS (  -- every partition and inheritance child below each table, found through pg_inherits
            -- (pg_partition_tree would lock each partition)
-    SELECT n.relid AS root, n.relid, n.attname, n.expr, n.seq FROM named n
+    SELECT n.relid AS root, n.relid, n.attname, n.expr, n.deparsed, n.seq FROM named n
     UNION
-    SELECT t.root, i.inhrelid, t.attname, t.expr, t.seq
+    SELECT t.root, i.inhrelid, t.attname, t.expr, t.deparsed, t.seq
       FROM tree t JOIN pg_inherits i ON i.inhparent = t.relid
 )
 SELECT l.relid, l.seq,
@@ -86,7 +87,9 @@ SELECT l.relid, l.seq,
                THEN 'relation'
        END AS cannot_tell,
        i.indexrelid,
-       coalesce(i.indoption[0] & 1 = 1, false) AS descending
+       coalesce(i.indoption[0] & 1 = 1, false) AS descending,
+       -- the shard number of next_shard_id(seq, N); NULL for the node form, next_shard_id(seq)
+       (regexp_match(l.deparsed, 'next_shard_id\(.*?, (\d{1,9})\)'))[1]::bigint AS shard
   FROM tree l
   JOIN pg_class c ON c.oid = l.relid AND c.relkind <> 'p'
   JOIN pg_class root ON root.oid = l.root

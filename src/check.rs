@@ -3,9 +3,12 @@
 //! `pg_shard_id_core::health`'s findings.
 
 use crate::data_floor::{self, CannotTell, Newest};
+use crate::errors::relation_name;
 use crate::{clock, settings, shmem};
 use pg_shard_id_core::health::{self, Finding, Floor, Node, NodeState, Replicated, ShardDefault};
 use pg_shard_id_core::layout;
+use pg_shard_id_core::slots::slot_key;
+use pg_shard_id_core::time::format_unix_ms;
 use pgrx::prelude::*;
 use std::sync::atomic::Ordering;
 
@@ -48,8 +51,9 @@ fn shard_id_check() -> TableIterator<
     let epoch = settings::epoch_unix_ms();
     let now = clock::now_unix_ms();
     let shared = shmem::shared_table();
-    let defaults = shard_defaults();
     let columns = read_columns(epoch, now);
+    let node = this_node();
+    let defaults = shard_defaults(&columns, node);
     let mut findings = vec![
         health::preload(shmem::is_cluster()),
         health::lease(
@@ -61,7 +65,7 @@ fn shard_id_check() -> TableIterator<
         health::epoch(epoch, recorded_epoch()),
         newest_against_clock(shared, epoch, now),
         health::shard_numbers(&defaults),
-        data_floor_finding(&columns),
+        data_floor_finding(&columns, shared, epoch, node),
         health::replication(enabled_subscriptions(), &replicated(&columns), &defaults),
         health::publication(&publications_refusing_the_origin()),
     ];
@@ -144,9 +148,46 @@ fn read_columns(epoch: i64, now_unix_ms: i64) -> Vec<Read> {
 
 /// The DEFAULT columns that may hold rows whose newest id no index can tell (and why), and those
 /// that hold an id too far ahead to be a floor (`data_floor::PLAUSIBLE_AHEAD_MS`).
-fn data_floor_finding(columns: &[Read]) -> Finding {
-    let (mut unreadable, mut implausible) = (Vec::new(), Vec::new());
+fn data_floor_finding(
+    columns: &[Read],
+    shared: Option<pg_shard_id_core::slots::SlotTable>,
+    epoch: i64,
+    node: Option<i64>,
+) -> Finding {
+    let (mut unreadable, mut implausible, mut above) = (Vec::new(), Vec::new(), Vec::new());
+    // where each live guard of this database issues now
+    let issuing: std::collections::HashMap<u64, i64> = shared
+        .map(|t| t.stats())
+        .unwrap_or_default()
+        .into_iter()
+        .filter_map(|s| Some((s.key, s.last_ms?)))
+        .collect();
+    // SAFETY: a backend global, set once at connection.
+    let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
     for (column, newest) in columns {
+        // a stored id of the column's own shard above where its sequence's guard issues: rows
+        // came in after its first id (loaded into a live table, or a table that was locked then),
+        // and new ids may repeat them (another shard's rows, a replica's writes, cannot)
+        let shard = column.shard.or(node);
+        let stored = newest
+            .as_ref()
+            .ok()
+            .and_then(|n| n.plausible)
+            .filter(|&id| layout::shard_of(id).ok() == shard);
+        let key = column.sequence.map(|s| slot_key(database, s.to_u32()));
+        if let (Some(id), Some(last_ms)) = (stored, key.and_then(|k| issuing.get(&k))) {
+            if layout::ms_of(id).is_ok_and(|ms| ms > *last_ms) {
+                above.push(format!(
+                    "{} holds ids up to {} while sequence {} issues at {}: run SELECT \
+                     shard_id_resync('{}')",
+                    column.name,
+                    format_unix_ms(layout::ms_of(id).unwrap_or(0) + epoch),
+                    relation_name(column.sequence.unwrap_or_default()),
+                    format_unix_ms(last_ms + epoch),
+                    relation_name(column.sequence.unwrap_or_default()),
+                ));
+            }
+        }
         match newest {
             Err(why) => unreadable.push((column.name.clone(), *why)),
             Ok(Newest {
@@ -163,7 +204,7 @@ fn data_floor_finding(columns: &[Read]) -> Finding {
         .iter()
         .map(|u| data_floor::describe(std::slice::from_ref(u)))
         .collect();
-    health::data_floor(&unreadable, &implausible)
+    health::data_floor(&unreadable, &implausible, &above)
 }
 
 /// Whether the caller may read every row of `relation`: SELECT on the table, and no row security
@@ -252,43 +293,24 @@ fn publications_refusing_the_origin() -> Vec<String> {
     })
 }
 
-/// The `next_shard_id` DEFAULTs of this database with their shard numbers, read from their
-/// deparsed text (`next_shard_id('photos_id_seq'::regclass, 5)`): the node form
-/// (`next_shard_id('photos_id_seq'::regclass)`) counts with this server's node number (its
+/// The `next_shard_id` DEFAULT columns of this database (every shape the data floor sees: a
+/// column's DEFAULT or its domain's, leaf partitions listed) with their shard numbers: the node
+/// form (`next_shard_id('photos_id_seq')`) counts with this server's node number (its
 /// `pg_shard_id.node`, or its Citus group id), and is left out only where neither is set (it
-/// cannot issue there). Deparsed with no relation (`pg_get_expr(adbin, 0)`, a DEFAULT has no
-/// column references), which takes no lock: a health check must answer behind a migration's
-/// ACCESS EXCLUSIVE lock. (`regexp_match` in FROM gives one row of NULL for a DEFAULT that does
-/// not match: those rows are not DEFAULTs of ours.)
-fn shard_defaults() -> Vec<ShardDefault> {
-    let node = this_node();
-    let sql = r#"
-        SELECT a.adrelid::pg_catalog.regclass::text, m[1], m[2]::bigint
-          FROM pg_catalog.pg_attrdef a,
-               pg_catalog.regexp_match(pg_catalog.pg_get_expr(a.adbin, 0),
-                   $re$^next_shard_id\('((?:[^']|'')+)'::regclass(?:, (\d{1,9}))?\)$re$) m
-         WHERE m IS NOT NULL"#;
-    Spi::connect(|client| {
-        let rows = client
-            .select(sql, None, &[])
-            .unwrap_or_else(|e| error!("pg_shard_id: {e}"));
-        rows.filter_map(|row| {
+/// cannot issue there).
+fn shard_defaults(columns: &[Read], node: Option<i64>) -> Vec<ShardDefault> {
+    columns
+        .iter()
+        .filter_map(|(column, _)| {
             Some(ShardDefault {
-                table: row.get::<String>(1).ok().flatten().unwrap_or_default(),
-                sequence: row
-                    .get::<String>(2)
-                    .ok()
-                    .flatten()
-                    .unwrap_or_default()
-                    .replace("''", "'"),
-                shard: match row.get::<i64>(3).ok().flatten() {
-                    Some(shard) => shard,
-                    None => node?,
-                },
+                table: column.name.clone(),
+                sequence: column
+                    .sequence
+                    .map_or_else(|| "a sequence named by text".to_string(), relation_name),
+                shard: column.shard.or(node)?,
             })
         })
         .collect()
-    })
 }
 
 /// The shard number of `next_shard_id(seq)` on this server: `pg_shard_id.node`, or the Citus

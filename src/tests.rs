@@ -460,7 +460,9 @@ mod tests {
         let detail: String =
             one("SELECT detail FROM shard_id_check() WHERE \"check\" = 'shard_numbers'");
         assert!(
-            detail.contains("shard 4242: ck_1, ck_2 (ck_a); ck_3 (ck_b)"),
+            detail.contains(
+                "shard 4242: public.ck_1.id, public.ck_2.id (ck_a); public.ck_3.id (ck_b)"
+            ),
             "{detail}"
         );
         // whatever the session's settings: backslashes in the pattern, no search_path

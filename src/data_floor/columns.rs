@@ -54,12 +54,17 @@ impl CannotTell {
 /// One column whose default draws from the sequence, in one leaf relation.
 pub struct Column {
     pub relation: pg_sys::Oid,
+    /// The sequence its DEFAULT names; `None`: it names none (the sequence comes from text at run
+    /// time), so it counts for every sequence.
+    pub sequence: Option<pg_sys::Oid>,
     /// `schema.table.column`, for messages.
     pub name: String,
     /// Why no index can be read, when the catalog alone says so.
     pub cannot_tell: Option<CannotTell>,
     /// The btree index whose first column it is, if any, and whether it sorts descending.
     pub index: Option<(pg_sys::Oid, bool)>,
+    /// The shard number its `next_shard_id(seq, N)` call names; `None`: the node form.
+    pub shard: Option<i64>,
 }
 
 const COLUMNS_SQL: &str = include_str!("../../sql/data_floor_columns.sql");
@@ -131,6 +136,7 @@ unsafe fn read_rows() -> Vec<Column> {
         (0..pg_sys::SPI_processed as usize)
             .map(|row| Column {
                 relation: oid(get(row, 1)).unwrap_or_default(),
+                sequence: oid(get(row, 2)),
                 name: text(get(row, 3)).unwrap_or_default(),
                 cannot_tell: text(get(row, 4)).map(|code| CannotTell::from_sql(&code)),
                 index: oid(get(row, 5)).map(|index| {
@@ -139,6 +145,7 @@ unsafe fn read_rows() -> Vec<Column> {
                         bool::from_datum(get(row, 6).0, get(row, 6).1).unwrap_or(false),
                     )
                 }),
+                shard: i64::from_datum(get(row, 7).0, get(row, 7).1),
             })
             .collect()
     }

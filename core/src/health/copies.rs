@@ -8,7 +8,21 @@ use std::collections::BTreeSet;
 /// Columns whose DEFAULT draws from a sequence, that hold rows, and whose newest id no index can
 /// tell (`schema.table.column (why)`); and columns whose newest id is too far ahead of the clock to be
 /// taken as a floor (`column (id)`; the id only for a caller who may read the table).
-pub fn data_floor(unreadable: &[String], implausible: &[String]) -> Finding {
+///
+/// And `above`: columns holding ids above where their sequence's live guard issues (each a
+/// sentence with the fix): rows loaded after the guard's first id without `shard_id_resync`, or
+/// in a table that was locked at that first id. New ids can reach them: failed.
+pub fn data_floor(unreadable: &[String], implausible: &[String], above: &[String]) -> Finding {
+    if !above.is_empty() {
+        return finding(
+            "data_floor",
+            Status::Failed,
+            format!(
+                "stored ids above the ids their sequence now issues, which new ids can repeat: {}.",
+                above.join("; ")
+            ),
+        );
+    }
     if unreadable.is_empty() && implausible.is_empty() {
         return finding(
             "data_floor",
@@ -144,15 +158,18 @@ mod tests {
 
     #[test]
     fn unreadable_columns_are_named_with_the_fix() {
-        assert_eq!(data_floor(&[], &[]).status, Status::Ok);
-        let f = data_floor(&["public.events.id".to_string()], &[]);
+        assert_eq!(data_floor(&[], &[], &[]).status, Status::Ok);
+        let f = data_floor(&["public.events.id".to_string()], &[], &[]);
         assert_eq!(f.status, Status::Warning);
         assert!(f.detail.contains("public.events.id") && f.detail.contains("CREATE INDEX"));
-        let far = data_floor(&[], &["public.t.id (9223372036854775807)".to_string()]);
+        let far = data_floor(&[], &["public.t.id (9223372036854775807)".to_string()], &[]);
         assert_eq!(far.status, Status::Warning);
         assert!(
             far.detail.contains("9223372036854775807") && far.detail.contains("delete or correct")
         );
+        let above = data_floor(&[], &[], &["public.t.id holds ids up to ...".to_string()]);
+        assert_eq!(above.status, Status::Failed);
+        assert!(above.detail.contains("public.t.id holds ids up to"));
     }
 
     #[test]

@@ -285,7 +285,7 @@ pub fn shard_numbers(defaults: &[ShardDefault]) -> Finding {
             "shard_numbers",
             Status::Ok,
             format!(
-                "{} next_shard_id DEFAULTs; no shard number is used with two sequences",
+                "{} next_shard_id DEFAULT columns; no shard number is used with two sequences",
                 defaults.len()
             ),
         );

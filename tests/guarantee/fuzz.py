@@ -1,0 +1,525 @@
+"""A seeded, reproducible fuzzer for the one promise: new ids never fall below, nor repeat, ids
+copied in from another server (README, guarantee 9).
+
+Each seed builds one scenario on two real clusters, a source (whose test clock runs 20 s to 1 h
+ahead, as a server with a fast clock or a borrow lead would) and a destination:
+
+* schema shapes: both next_shard_id forms' DEFAULT written as the call, through a domain (one or two
+  deep), cast to numeric or text, wrapped in coalesce(), naming the sequence by text, inside the
+  user's own SQL or PL/pgSQL function; index kinds (btree ascending, descending, composite either
+  order, hash, BRIN, partial, none); partitioned tables (the partitions' column order differing,
+  with and without an index), inheritance; tables of another role, with and without USAGE on the
+  sequence; another session's temporary table; several tables and schemas per sequence;
+* copy paths: COPY from the source, pg_dump --data-only, pg_dump of a whole schema, logical
+  replication FOR TABLE or FOR ALL TABLES and a switchover;
+* events before the destination's first id: none, a clean restart, a crash (immediate stop), a
+  live guard and shard_id_resync(), a transaction holding a lock on one table, the destination's
+  clock behind; then inserts through every DEFAULT from several sessions, in bursts over 1,024
+  ids per millisecond under borrow.
+
+After each scenario it checks: no id repeated among all the rows of a sequence (copied and new,
+with and without unique keys); every new id above every plausible copied id in the columns the
+data floor can see, unless shard_id_check() flags the column and the copied id is beyond the
+10-minute jump (the documented limit); every insert done without waiting for a lock. On a failure
+it shrinks the scenario to the fewest shapes that still fail and prints the seed and a SQL script
+that reproduces it on one server. Columns filled through the user's own function, and tables of
+a role that may not draw from the sequence, are outside the promise (README): they are built,
+and only checked for repeats.
+
+    python fuzz.py --seeds 12 [--seed S]      # CI: seeds S .. S+11
+    python fuzz.py --soak 3600 [--seed S]     # soak: seeds from S until an hour has passed
+"""
+
+import argparse
+import datetime
+import random
+import re
+import subprocess
+import sys
+import threading
+import time
+import traceback
+from dataclasses import dataclass, field
+
+import psycopg
+
+from pgcluster import PG_BIN, Cluster, wait_for
+
+MINUTE = 60_000
+JUMP_MS = 10 * MINUTE  # what a column that cannot tell costs (10 min 1 s, less a margin)
+PLAUSIBLE_MS = 70 * MINUTE
+
+# shape -> what the data floor does with it: "read" (right above the rows), "jump" (cannot
+# tell: 10 minutes ahead, flagged), "outside" (not promised: own function, another role's table
+# without USAGE)
+SHAPES = {
+    "pk": "read", "desc": "read", "composite_first": "read", "unique": "read",
+    "composite_second": "jump", "hash": "jump", "brin": "jump", "partial": "jump", "noindex": "jump",
+    "domain": "read", "domain2": "read", "late": "read", "node_form": "read",
+    "numeric": "jump", "text": "jump", "coalesce": "jump",
+    "own_sql": "outside", "own_plpgsql": "outside",
+    "partitioned": "read", "partitioned_noidx": "jump", "inherit": "read",
+    "role_usage": "read", "role_nousage": "outside", "temp_other": "jump",
+}
+PATHS = ["copy", "dump_data", "dump_schema", "logical_tables", "logical_all"]
+EVENTS = ["none", "restart", "crash", "resync", "lock", "clock_behind"]
+
+
+@dataclass
+class Table:
+    name: str  # schema-qualified
+    shape: str
+    shard: int
+    ddl: list  # statements, run on both clusters (the temporary table: on the source only)
+    id_type: str = "bigint"
+    other_cols: str = ""  # the insert's column list for a row through the DEFAULT
+    other_vals: str = ""
+    partition_key: bool = False
+
+    @property
+    def promise(self):
+        return SHAPES[self.shape]
+
+
+@dataclass
+class Scenario:
+    seed: int
+    tables: list
+    path: str
+    event: str
+    lead_ms: int
+    implausible: bool
+    burst: bool
+    rows: int
+    lock_table: str = ""
+    log: list = field(default_factory=list)  # the SQL a reproduction runs
+
+
+def make_table(rng, i, shape):
+    shard = rng.randrange(0, 8192)
+    name = f"public.t{i}"
+    call = f"next_shard_id('s', {shard})"
+    default = f"DEFAULT {call}"
+    ddl = []
+    t = Table(name, shape, shard, ddl)
+    if shape == "pk":
+        ddl.append(f"CREATE TABLE {name} (id bigint PRIMARY KEY {default}, n int)")
+    elif shape == "unique":
+        ddl.append(f"CREATE TABLE {name} (id bigint {default}, n int, UNIQUE (id))")
+    elif shape == "desc":
+        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} (id DESC)"]
+    elif shape == "composite_first":
+        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} (id, n)"]
+    elif shape == "composite_second":
+        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} (n, id)"]
+    elif shape == "hash":
+        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} USING hash (id)"]
+    elif shape == "brin":
+        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} USING brin (id)"]
+    elif shape == "partial":
+        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} (id) WHERE n > 0"]
+    elif shape == "noindex":
+        ddl.append(f"CREATE TABLE {name} (id bigint {default}, n int)")
+    elif shape in ("domain", "domain2"):
+        ddl.append(f"CREATE DOMAIN d{i} AS bigint DEFAULT {call}")
+        typ = f"d{i}"
+        if shape == "domain2":
+            ddl.append(f"CREATE DOMAIN d{i}b AS d{i}")
+            typ = f"d{i}b"
+        ddl.append(f"CREATE TABLE {name} (id {typ} PRIMARY KEY, n int)")
+    elif shape == "late":
+        ddl.append(f"CREATE TABLE {name} (id bigint PRIMARY KEY DEFAULT next_shard_id('s'::text, {shard}), n int)")
+    elif shape == "node_form":
+        t.shard = NODE
+        ddl.append(f"CREATE TABLE {name} (id bigint PRIMARY KEY DEFAULT next_shard_id('s'), n int)")
+    elif shape in ("numeric", "text"):
+        t.id_type = shape
+        ddl.append(f"CREATE TABLE {name} (id {shape} PRIMARY KEY {default}, n int)")
+    elif shape == "coalesce":
+        ddl.append(f"CREATE TABLE {name} (id bigint PRIMARY KEY DEFAULT coalesce({call}, 0), n int)")
+    elif shape == "own_sql":
+        ddl += [f"CREATE FUNCTION new_id{i}() RETURNS bigint LANGUAGE sql VOLATILE AS $$SELECT {call}$$",
+                f"CREATE TABLE {name} (id bigint PRIMARY KEY DEFAULT new_id{i}(), n int)"]
+    elif shape == "own_plpgsql":
+        ddl += [f"CREATE FUNCTION new_id{i}() RETURNS bigint LANGUAGE plpgsql VOLATILE AS "
+                f"$$BEGIN RETURN {call}; END$$",
+                f"CREATE TABLE {name} (id bigint PRIMARY KEY DEFAULT new_id{i}(), n int)"]
+    elif shape in ("partitioned", "partitioned_noidx"):
+        ddl += [f"CREATE TABLE {name} (n int, id bigint {default}) PARTITION BY RANGE (n)",
+                f"CREATE TABLE t{i}_a PARTITION OF {name} FOR VALUES FROM (MINVALUE) TO (1000)",
+                # another column order, attached
+                f"CREATE TABLE t{i}_b (id bigint {default}, n int)",
+                f"ALTER TABLE {name} ATTACH PARTITION t{i}_b FOR VALUES FROM (1000) TO (MAXVALUE)"]
+        if shape == "partitioned":
+            ddl.append(f"CREATE INDEX ON {name} (id)")
+        t.partition_key = True
+    elif shape == "inherit":
+        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} (id)",
+                f"CREATE TABLE t{i}_child () INHERITS ({name})", f"CREATE INDEX ON t{i}_child (id)"]
+    elif shape in ("role_usage", "role_nousage"):
+        t.name = name = f"fz_other.t{i}"
+        ddl += [f"SET ROLE fz_other",
+                f"CREATE TABLE {name} (id bigint PRIMARY KEY DEFAULT next_shard_id('public.s', {shard}), n int)",
+                "RESET ROLE"]
+    elif shape == "temp_other":
+        ddl.append(f"CREATE TABLE {name} (id bigint PRIMARY KEY {default}, n int)")
+    t.other_cols, t.other_vals = "n", "1"
+    return t
+
+
+NODE = 42  # pg_shard_id.node on both clusters (the node form's shard)
+
+
+def make_scenario(seed):
+    rng = random.Random(seed)
+    count = rng.randint(1, 5)
+    shapes = [rng.choice(list(SHAPES)) for _ in range(count)]
+    # at least one table whose rows the promise covers
+    if all(SHAPES[s] == "outside" for s in shapes):
+        shapes.append(rng.choice([s for s, p in SHAPES.items() if p != "outside"]))
+    tables = [make_table(rng, i, s) for i, s in enumerate(shapes)]
+    path = rng.choice(PATHS)
+    if any(t.shape == "temp_other" for t in tables) and path.startswith("logical"):
+        path = "copy"
+    event = rng.choice(EVENTS)
+    lock_candidates = [t.name for t in tables if t.shape != "temp_other"]
+    # a lead under the jump half the time, so that "jump" columns are held to the promise too
+    lead = rng.randint(20_000, 9 * MINUTE) if rng.random() < 0.5 else rng.randint(20_000, 60 * MINUTE)
+    return Scenario(seed, tables, path, event, lead, rng.random() < 0.3, rng.random() < 0.3,
+                    rng.randint(5, 60), rng.choice(lock_candidates) if lock_candidates else "")
+
+
+class Failure(Exception):
+    pass
+
+
+class Fuzzer:
+    def __init__(self):
+        conf = ["wal_level = logical", "max_wal_senders = 20", "max_replication_slots = 20",
+                f"pg_shard_id.node = {NODE}", "pg_shard_id.overflow = borrow"]
+        self.src = Cluster("fuzz_src", conf)
+        self.dst = Cluster("fuzz_dst", conf)
+        for c in (self.src, self.dst):
+            c.sql("DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'fz_other') "
+                  "THEN CREATE ROLE fz_other; END IF; END$$")
+
+    def close(self):
+        self.src.destroy()
+        self.dst.destroy()
+
+    # -- one scenario ------------------------------------------------------------------------
+
+    def run(self, sc):
+        db = f"fz{sc.seed}"
+        for c in (self.src, self.dst):
+            c.sql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+            c.sql(f"CREATE DATABASE {db}")
+        side = []  # sessions kept open (temporary tables, locks)
+        try:
+            return self._run(sc, db, side)
+        finally:
+            for conn in side:
+                try:
+                    conn.close()
+                except psycopg.Error:
+                    pass
+            for c in (self.src, self.dst):
+                try:
+                    c.sql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+                except psycopg.Error:
+                    pass
+
+    def schema(self, conn, sc, where):
+        conn.execute("SET client_min_messages = warning")
+        conn.execute("CREATE EXTENSION pg_shard_id")
+        conn.execute("CREATE SEQUENCE s")
+        conn.execute("CREATE SCHEMA fz_other AUTHORIZATION fz_other")
+        if any(t.shape == "role_usage" for t in sc.tables):
+            conn.execute("GRANT USAGE ON SEQUENCE s TO fz_other")
+        for t in sc.tables:
+            if where == "dst" and t.shape == "temp_other":
+                continue
+            for stmt in t.ddl:
+                conn.execute(stmt)
+                if where == "dst":
+                    sc.log.append(stmt + ";")
+
+    def _run(self, sc, db, side):
+        src = self.src.connect(db)
+        dst = self.dst.connect(db)
+        self.schema(src, sc, "src")
+        if sc.path != "dump_schema":
+            self.schema(dst, sc, "dst")
+        # the source's rows: ids made through its DEFAULTs with its clock sc.lead_ms ahead
+        src.execute(f"SET pg_shard_id.test_clock_offset_ms = {sc.lead_ms}")
+        for t in sc.tables:
+            n = "g" if not t.partition_key else "(g * 37) % 2000"
+            src.execute(f"INSERT INTO {t.name} (n) SELECT {n} FROM generate_series(1, {sc.rows}) g")
+            if sc.implausible and t.promise != "outside" and t.id_type == "bigint" and t.shape != "node_form":
+                src.execute(f"INSERT INTO {t.name} (id, n) VALUES "
+                            f"(shard_id_compose(now() + interval '5 hours', {t.shard}, 0), 1)")
+        src.execute("RESET pg_shard_id.test_clock_offset_ms")
+        copied = {t.name: self.ids(src, t) for t in sc.tables}
+        self.copy(sc, db, src, dst, side)
+        epoch, now = self.dst.sql("SELECT (extract(epoch FROM epoch) * 1000)::bigint, "
+                                  "(extract(epoch FROM clock_timestamp()) * 1000)::bigint "
+                                  "FROM pg_shard_id_info()", db)[0]
+        for t in sc.tables:
+            rows = sorted(copied[t.name])[-3:]
+            if rows:
+                sc.log.append(f"-- {t.name}: {len(copied[t.name])} rows copied; the newest, as leads over the clock:")
+                sc.log.append(f"INSERT INTO {t.name} (id) VALUES " + ", ".join(
+                    f"(shard_id_compose(now() + interval '{(i >> 23) + epoch - now} ms', {(i >> 10) & 8191}, {i & 1023}))"
+                    for i in rows) + ";")
+        src.close()
+        dst.close()
+        self.before_first_id(sc, db, side)
+        clock0 = self.dst.one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+        offset = -30_000 if sc.event == "clock_behind" else 0
+        locked = sc.lock_table if sc.event == "lock" else ""
+        self.insert_new(sc, db, offset, [t for t in sc.tables if t.name != locked])
+        for conn in side:  # the lock, if any, is released after the first ids
+            if not conn.autocommit:
+                conn.rollback()
+        self.insert_new(sc, db, offset, [t for t in sc.tables if t.name == locked])
+        return self.judge(sc, db, copied, clock0 + offset)
+
+    def ids(self, conn, t):
+        """Every id stored in t (numeric/text cast back to bigint)."""
+        return [r[0] for r in conn.execute(f"SELECT id::numeric::bigint FROM {t.name}").fetchall()]
+
+    def copy(self, sc, db, src, dst, side):
+        names = [t.name for t in sc.tables if t.shape != "temp_other"]
+        temp = [t for t in sc.tables if t.shape == "temp_other"]
+        sc.log.append(f"-- copy path: {sc.path}")
+        if sc.path in ("copy",) or not names:
+            for name in names:
+                self.copy_table(src, dst, name)
+        elif sc.path == "dump_data":
+            self.pipe(["pg_dump", "--data-only", "--disable-triggers"] +
+                      [a for n in names for a in ("-t", n)] + self.src_args(db), db)
+        elif sc.path == "dump_schema":
+            # the whole public and fz_other schemas, DDL and data (not the extension's own schema)
+            dst.execute("CREATE EXTENSION pg_shard_id")
+            dst.execute("CREATE SCHEMA fz_other AUTHORIZATION fz_other")
+            self.pipe(["pg_dump", "-n", "public"] + (["-n", "fz_other"] if any(
+                t.name.startswith("fz_other.") for t in sc.tables) else []) + self.src_args(db), db,
+                      extra=["--set", "ON_ERROR_STOP=0"])
+            sc.log[:0] = [stmt + ";" for t in sc.tables if t.shape != "temp_other" for stmt in t.ddl]
+        else:
+            pub = "FOR ALL TABLES" if sc.path == "logical_all" else "FOR TABLE " + ", ".join(names)
+            src.execute(f"CREATE PUBLICATION fz_pub {pub}")
+            dst.execute(f"CREATE SUBSCRIPTION fz_sub CONNECTION 'host={self.src.dir} port={self.src.port} "
+                        f"user=postgres dbname={db}' PUBLICATION fz_pub")
+            want = {n: len(self.ids(src, next(t for t in sc.tables if t.name == n))) for n in names}
+            ok = wait_for(lambda: all(dst.execute(f"SELECT count(*) FROM {n}").fetchone()[0] == c
+                                      for n, c in want.items()), 60, 0.2)
+            if not ok:
+                raise Failure("logical replication did not copy every row within 60 s")
+            # the switchover: the subscription goes, the destination takes the writes
+            dst.execute("ALTER SUBSCRIPTION fz_sub DISABLE")
+            dst.execute("ALTER SUBSCRIPTION fz_sub SET (slot_name = NONE)")
+            dst.execute("DROP SUBSCRIPTION fz_sub")
+            src.execute("SELECT pg_drop_replication_slot('fz_sub')")
+        for t in temp:  # another session's staging table on the destination, kept open
+            conn = self.dst.connect(db)
+            conn.execute("SET client_min_messages = warning")
+            conn.execute(f"CREATE TEMP TABLE {t.name.split('.')[1]} (id bigint PRIMARY KEY "
+                         f"DEFAULT next_shard_id('s', {t.shard}), n int)")
+            rows = self.ids(src, t)
+            conn.execute(f"INSERT INTO {t.name.split('.')[1]} (id, n) SELECT unnest(%s::bigint[]), 1",
+                         (rows,))
+            side.append(conn)
+
+    def copy_table(self, src, dst, name):
+        with src.cursor().copy(f"COPY (SELECT * FROM {name}) TO STDOUT") as out:
+            with dst.cursor().copy(f"COPY {name} FROM STDIN") as into:
+                for data in out:
+                    into.write(data)
+
+    def src_args(self, db):
+        return ["-h", self.src.dir, "-p", str(self.src.port), "-U", "postgres", db]
+
+    def pipe(self, dump, db, extra=()):
+        dump[0] = f"{PG_BIN}/{dump[0]}"
+        produced = subprocess.run(dump, check=True, capture_output=True)
+        subprocess.run([f"{PG_BIN}/psql", "-X", "-q", "-h", self.dst.dir, "-p", str(self.dst.port),
+                        "-U", "postgres", "-d", db, *extra], input=produced.stdout, check=True,
+                       capture_output=True)
+
+    def before_first_id(self, sc, db, side):
+        sc.log.append(f"-- event: {sc.event}")
+        if sc.event in ("restart", "crash"):
+            self.dst.restart("fast" if sc.event == "restart" else "immediate")
+            if any(t.shape == "temp_other" for t in sc.tables):
+                side.clear()  # the temporary table went with its session
+                sc.tables = [t for t in sc.tables if t.shape != "temp_other"]
+        elif sc.event == "resync":
+            # a guard that was already live when the rows came: the documented step
+            self.dst.sql("SELECT shard_id_resync('s')", db)
+        elif sc.event == "lock" and sc.lock_table:
+            conn = self.dst.connect(db, autocommit=False)
+            conn.execute(f"LOCK TABLE {sc.lock_table} IN ACCESS EXCLUSIVE MODE")
+            side.append(conn)
+
+    def insert_new(self, sc, db, offset, tables):
+        errors = []
+
+        def work(t):
+            try:
+                with self.dst.connect(db, options="-c lock_timeout=5s") as conn:
+                    if offset:
+                        conn.execute(f"SET pg_shard_id.test_clock_offset_ms = {offset}")
+                    n = 3000 if sc.burst else sc.rows
+                    conn.execute(f"INSERT INTO {t.name} (n) SELECT 1 FROM generate_series(1, {n})")
+            except psycopg.errors.LockNotAvailable:
+                errors.append(f"an insert into {t.name} waited for a lock")
+            except psycopg.Error as e:
+                errors.append(f"insert into {t.name}: {e.sqlstate} {e}")
+
+        targets = [t for t in tables if t.shape != "temp_other"]
+        threads = [threading.Thread(target=work, args=(t,)) for t in targets]
+        for th in threads:
+            th.start()
+        for th in threads:
+            th.join(60)
+        if targets:
+            sc.log.append("-- then through each DEFAULT: " + "; ".join(
+                f"INSERT INTO {t.name} (n) SELECT 1 FROM generate_series(1, {sc.rows})" for t in targets) + ";")
+        if errors:
+            raise Failure("; ".join(errors))
+
+    def judge(self, sc, db, copied, clock0):
+        with self.dst.connect(db) as conn:
+            flagged = conn.execute(
+                "SELECT detail FROM shard_id_check() WHERE \"check\" = 'data_floor'").fetchone()[0]
+            epoch = conn.execute("SELECT (extract(epoch FROM epoch) * 1000)::bigint "
+                                 "FROM pg_shard_id_info()").fetchone()[0]
+            all_ids, new_ids, problems = [], [], []
+            for t in sc.tables:
+                if t.shape == "temp_other":
+                    all_ids += copied[t.name]
+                    continue
+                stored = self.ids(conn, t)
+                before = set(copied[t.name])
+                fresh = [i for i in stored if i not in before]
+                all_ids += stored
+                new_ids += [(i, t) for i in fresh]
+            repeats = len(all_ids) - len(set(all_ids))
+            if repeats:
+                problems.append(f"{repeats} ids repeated among the rows of sequence s")
+
+            def ms(i):
+                return (i >> 23) + epoch
+
+            # the copied ids the promise covers: plausible ones in columns the floor may see
+            covered = [(i, t) for t in sc.tables if t.promise != "outside"
+                       for i in copied[t.name] if ms(i) <= clock0 + PLAUSIBLE_MS - 2_000]
+            locked = sc.lock_table if sc.event == "lock" else ""
+            for i, t in covered:
+                beyond_jump = ms(i) > clock0 + JUMP_MS - 2_000
+                if beyond_jump and t.promise == "jump":
+                    continue  # the documented limit: a column that cannot tell, a lead over 10 min
+                if beyond_jump and t.name == locked:
+                    # locked at the first id: cannot tell then; once the lock is gone the check
+                    # must say that stored ids stand above where the sequence issues
+                    if "holds ids up to" not in flagged:
+                        problems.append(f"{t.name} was locked at the first id and its ids above the "
+                                        "sequence's are not flagged")
+                    continue
+                below = [n for n, nt in new_ids if n <= i]
+                if below:
+                    problems.append(f"{len(below)} new ids at or below the copied id {i} of {t.name} "
+                                    f"({t.shape}, {ms(i) - clock0} ms ahead)")
+                    break
+            for t in sc.tables:
+                base = re.escape(t.name.split(".")[1])
+                if t.promise == "jump" and copied[t.name] and t.shape != "temp_other" \
+                        and not re.search(rf"\b{base}(_\w+)?\.id\b", flagged):
+                    problems.append(f"shard_id_check() does not flag {t.name} ({t.shape})")
+        if problems:
+            raise Failure("; ".join(problems))
+
+
+def describe(sc):
+    return (f"seed {sc.seed}: shapes {[t.shape for t in sc.tables]}, path {sc.path}, event {sc.event}, "
+            f"lead {sc.lead_ms} ms, implausible row {sc.implausible}, burst {sc.burst}")
+
+
+def reproduce_script(sc):
+    return "\n".join([
+        "-- reproduces on one server with pg_shard_id (test build), pg_shard_id.node = 42",
+        "CREATE EXTENSION pg_shard_id; CREATE SEQUENCE s;",
+        "CREATE ROLE fz_other; CREATE SCHEMA fz_other AUTHORIZATION fz_other;",
+        *sc.log,
+        "SELECT * FROM shard_id_check() WHERE \"check\" = 'data_floor';",
+    ])
+
+
+def run_seed(fuzzer, seed, shrink=True):
+    sc = make_scenario(seed)
+    try:
+        fuzzer.run(sc)
+        return None
+    except Failure as e:
+        failure = str(e)
+    except Exception:  # the harness itself: a failure too, with its traceback
+        return f"{describe(sc)}\n  the fuzzer failed: {traceback.format_exc()}"
+    full = describe(sc)
+    # shrink: drop tables while the same seed's scenario still fails
+    tables = list(make_scenario(seed).tables)
+    if shrink:
+        changed = True
+        while changed and len(tables) > 1:
+            changed = False
+            for k in range(len(tables)):
+                trial = make_scenario(seed)
+                trial.tables = tables[:k] + tables[k + 1:]
+                if all(t.promise == "outside" for t in trial.tables):
+                    continue
+                try:
+                    fuzzer.run(trial)
+                except Failure:
+                    tables = trial.tables
+                    changed = True
+                    break
+    minimal = make_scenario(seed)
+    minimal.tables = tables
+    try:
+        fuzzer.run(minimal)
+    except Failure:
+        pass
+    return f"{full}\n  {failure}\n  minimal: {describe(minimal)}\n{reproduce_script(minimal)}"
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seed", type=int, default=None, help="the first seed (default: today's number)")
+    parser.add_argument("--seeds", type=int, default=12)
+    parser.add_argument("--soak", type=int, default=0, help="run seeds for this many seconds instead")
+    parser.add_argument("--no-shrink", action="store_true")
+    args = parser.parse_args()
+    first = args.seed if args.seed is not None else int(datetime.date.today().strftime("%Y%m%d")) * 100
+    print(f"fuzz: seeds from {first} (re-run one: fuzz.py --seed N --seeds 1)", flush=True)
+    fuzzer = Fuzzer()
+    passed = failed = 0
+    started = time.monotonic()
+    seed = first
+    try:
+        while (args.soak and time.monotonic() - started < args.soak) or (not args.soak and seed < first + args.seeds):
+            report = run_seed(fuzzer, seed, not args.no_shrink)
+            if report is None:
+                passed += 1
+                print(f"  ok    {describe(make_scenario(seed))}", flush=True)
+            else:
+                failed += 1
+                print(f"  FAIL  {report}", flush=True)
+            seed += 1
+    finally:
+        fuzzer.close()
+    print(f"fuzz: {passed} passed, {failed} failed")
+    sys.exit(1 if failed else 0)
+
+
+if __name__ == "__main__":
+    main()
