@@ -14,8 +14,10 @@
 -- domain chain, depends on one of this extension's next_shard_id functions (the dependency that
 -- DROP FUNCTION sees, whatever the expression's shape), and the table's owner may draw from the
 -- sequence (USAGE or UPDATE on it): a role that may not draw from a sequence cannot move its
--- floor with a table of its own. What no catalog can show: a DEFAULT that calls next_shard_id
--- inside a function of the user's own (README, guarantee 9).
+-- floor with a table of its own. A DEFAULT that calls a function of the user's own that calls
+-- next_shard_id counts too (one level deep: its SQL-standard body's dependency, or its body's
+-- text), as "cannot tell" for every sequence. What no catalog shows: deeper nesting through
+-- functions with string bodies, and ids stored by explicit calls (README, guarantee 9).
 WITH RECURSIVE
 ours AS (  -- both forms of next_shard_id, this extension's members
     SELECT e.objid AS oid
@@ -24,10 +26,25 @@ ours AS (  -- both forms of next_shard_id, this extension's members
        AND e.deptype = 'e' AND p.proname = 'next_shard_id'
        AND e.refobjid = (SELECT x.oid FROM pg_extension x WHERE x.extname = 'pg_shard_id')
 ),
+theirs AS (  -- the user's functions that call one, one level deep: a SQL-standard body (BEGIN
+            -- ATOMIC, RETURN) records the dependency; any other body is text that names it
+    SELECT d.objid AS oid
+      FROM pg_depend d
+     WHERE d.classid = 'pg_proc'::regclass AND d.refclassid = 'pg_proc'::regclass
+       AND d.refobjid IN (SELECT oid FROM ours)
+    UNION
+    SELECT p.oid
+      FROM pg_proc p
+     WHERE p.prolang NOT IN (SELECT l.oid FROM pg_language l WHERE l.lanname IN ('c', 'internal'))
+       AND p.prosrc ~* 'next_shard_id'
+       AND NOT EXISTS (SELECT FROM pg_depend e  -- an extension's own (shard_id_adopt, ...)
+                        WHERE e.classid = 'pg_proc'::regclass AND e.objid = p.oid AND e.deptype = 'e')
+),
 calls AS (  -- the defaults whose expression calls one: a column's (pg_attrdef), a domain's (pg_type)
     SELECT DISTINCT d.classid, d.objid
       FROM pg_depend d
-     WHERE d.refclassid = 'pg_proc'::regclass AND d.refobjid IN (SELECT oid FROM ours)
+     WHERE d.refclassid = 'pg_proc'::regclass
+       AND d.refobjid IN (SELECT oid FROM ours UNION ALL SELECT oid FROM theirs)
        AND d.classid IN ('pg_attrdef'::regclass, 'pg_type'::regclass)
 ),
 domains AS (  -- such a domain, and every domain over it that has no default of its own
@@ -76,7 +93,8 @@ tree AS (  -- every partition and inheritance child below each table, found thro
 SELECT l.relid, l.seq,
        format('%s.%I', l.relid::regclass, a.attname) AS name,
        CASE
-           -- a cast, a wrapper, shard_id_mask(...): the stored values are not the ids as issued
+           -- a cast, a wrapper, shard_id_mask(...), a function of the user's own: the stored
+           -- values may not be the ids as issued
            WHEN NOT coalesce(substring(l.expr FROM '^(?:\{COERCETODOMAIN :arg )?\{FUNCEXPR :funcid (\d+) ')::oid
                              IN (SELECT oid FROM ours), false) THEN 'expression'
            WHEN NOT base.bigint THEN 'type'

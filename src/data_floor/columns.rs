@@ -9,7 +9,8 @@ use std::ffi::CString;
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum CannotTell {
     /// The default is not the `next_shard_id` call itself (a cast to another type, a wrapper
-    /// such as `coalesce` or `shard_id_mask`): the stored values are not the ids as issued.
+    /// such as `coalesce` or `shard_id_mask`, a function of the user's own that calls it): the
+    /// stored values may not be the ids as issued.
     Expression,
     /// The column is not `bigint` (or a domain over it).
     Type,
@@ -29,7 +30,7 @@ impl CannotTell {
     /// What to tell the user, after the column's name.
     pub fn why(self) -> &'static str {
         match self {
-            CannotTell::Expression => "its DEFAULT wraps or casts the next_shard_id call",
+            CannotTell::Expression => "its DEFAULT is not the plain next_shard_id call",
             CannotTell::Type => "not bigint",
             CannotTell::Temporary => "another session's temporary table",
             CannotTell::Relation => {

@@ -50,19 +50,18 @@ JUMP_MS = 10 * MINUTE  # what a column that cannot tell costs (10 min 1 s, less 
 PLAUSIBLE_MS = 70 * MINUTE
 
 # shape -> what the data floor does with it: "read" (right above the rows), "jump" (cannot
-# tell: 10 minutes ahead, flagged), "outside" (not promised: own function, another role's table
-# without USAGE)
+# tell: 10 minutes ahead, flagged), "outside" (not promised: another role's table without USAGE)
 SHAPES = {
     "pk": "read", "desc": "read", "composite_first": "read", "unique": "read",
     "composite_second": "jump", "hash": "jump", "brin": "jump", "partial": "jump", "noindex": "jump",
     "domain": "read", "domain2": "read", "late": "read", "node_form": "read",
     "numeric": "jump", "text": "jump", "coalesce": "jump",
-    "own_sql": "outside", "own_plpgsql": "outside",
+    "own_sql": "jump", "own_plpgsql": "jump",
     "partitioned": "read", "partitioned_noidx": "jump", "inherit": "read",
     "role_usage": "read", "role_nousage": "outside", "temp_other": "jump",
 }
-PATHS = ["copy", "dump_data", "dump_schema", "logical_tables", "logical_all"]
-EVENTS = ["none", "restart", "crash", "resync", "lock", "clock_behind"]
+PATHS = ["copy", "dump_data", "dump_schema", "dump_full", "logical_tables", "logical_all"]
+EVENTS = ["none", "restart", "crash", "resync", "lock", "clock_behind", "held_first_id"]
 
 
 @dataclass
@@ -92,6 +91,7 @@ class Scenario:
     burst: bool
     rows: int
     lock_table: str = ""
+    isolation: str = "READ COMMITTED"
     log: list = field(default_factory=list)  # the SQL a reproduction runs
 
 
@@ -168,6 +168,9 @@ def make_table(rng, i, shape):
 
 
 NODE = 42  # pg_shard_id.node on both clusters (the node form's shard)
+CREATE_ROLE = ("DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'fz_other') "
+               "THEN CREATE ROLE fz_other; END IF; END$$")
+ISOLATIONS = ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"]
 
 
 def make_scenario(seed):
@@ -186,7 +189,8 @@ def make_scenario(seed):
     # a lead under the jump half the time, so that "jump" columns are held to the promise too
     lead = rng.randint(20_000, 9 * MINUTE) if rng.random() < 0.5 else rng.randint(20_000, 60 * MINUTE)
     return Scenario(seed, tables, path, event, lead, rng.random() < 0.3, rng.random() < 0.3,
-                    rng.randint(5, 60), rng.choice(lock_candidates) if lock_candidates else "")
+                    rng.randint(5, 60), rng.choice(lock_candidates) if lock_candidates else "",
+                    rng.choice(ISOLATIONS))
 
 
 class Failure(Exception):
@@ -197,11 +201,19 @@ class Fuzzer:
     def __init__(self):
         conf = ["wal_level = logical", "max_wal_senders = 20", "max_replication_slots = 20",
                 f"pg_shard_id.node = {NODE}", "pg_shard_id.overflow = borrow"]
+        self.conf = conf
         self.src = Cluster("fuzz_src", conf)
-        self.dst = Cluster("fuzz_dst", conf)
-        for c in (self.src, self.dst):
-            c.sql("DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE rolname = 'fz_other') "
-                  "THEN CREATE ROLE fz_other; END IF; END$$")
+        self.dst = None
+        self.fresh_destination()
+        self.src.sql(CREATE_ROLE)
+
+    def fresh_destination(self):
+        """A new destination cluster: a restart there makes the lease (which earlier seeds' ids
+        moved ahead) a floor under every sequence, which would hide what the data floor does."""
+        if self.dst is not None:
+            self.dst.destroy()
+        self.dst = Cluster("fuzz_dst", self.conf)
+        self.dst.sql(CREATE_ROLE)
 
     def close(self):
         self.src.destroy()
@@ -211,6 +223,8 @@ class Fuzzer:
 
     def run(self, sc):
         db = f"fz{sc.seed}"
+        if sc.event in ("restart", "crash"):
+            self.fresh_destination()
         for c in (self.src, self.dst):
             c.sql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
             c.sql(f"CREATE DATABASE {db}")
@@ -238,6 +252,9 @@ class Fuzzer:
             conn.execute("GRANT USAGE ON SEQUENCE s TO fz_other")
         for t in sc.tables:
             if where == "dst" and t.shape == "temp_other":
+                sc.log.append(f"-- in another session, kept open: CREATE TEMP TABLE {t.name.split('.')[1]} "
+                              f"(id bigint PRIMARY KEY DEFAULT next_shard_id('s', {t.shard}), n int); "
+                              "and its rows below")
                 continue
             for stmt in t.ddl:
                 conn.execute(stmt)
@@ -248,13 +265,18 @@ class Fuzzer:
         src = self.src.connect(db)
         dst = self.dst.connect(db)
         self.schema(src, sc, "src")
-        if sc.path != "dump_schema":
+        if sc.path not in ("dump_schema", "dump_full"):
             self.schema(dst, sc, "dst")
         # the source's rows: ids made through its DEFAULTs with its clock sc.lead_ms ahead
         src.execute(f"SET pg_shard_id.test_clock_offset_ms = {sc.lead_ms}")
         for t in sc.tables:
             n = "g" if not t.partition_key else "(g * 37) % 2000"
             src.execute(f"INSERT INTO {t.name} (n) SELECT {n} FROM generate_series(1, {sc.rows}) g")
+            if t.shape == "role_nousage":
+                # a role that may not draw from s plants a row 65 minutes ahead: it must not
+                # move s's ids
+                src.execute(f"INSERT INTO {t.name} (id, n) VALUES "
+                            f"(shard_id_compose(now() + interval '65 minutes', {t.shard}, 0), 1)")
             if sc.implausible and t.promise != "outside" and t.id_type == "bigint" and t.shape != "node_form":
                 src.execute(f"INSERT INTO {t.name} (id, n) VALUES "
                             f"(shard_id_compose(now() + interval '5 hours', {t.shard}, 0), 1)")
@@ -275,6 +297,7 @@ class Fuzzer:
         dst.close()
         self.before_first_id(sc, db, side)
         clock0 = self.dst.one("SELECT (extract(epoch FROM clock_timestamp()) * 1000)::bigint")
+        cannot_tell = self.cannot_tell_now(sc, db, copied)
         offset = -30_000 if sc.event == "clock_behind" else 0
         locked = sc.lock_table if sc.event == "lock" else ""
         self.insert_new(sc, db, offset, [t for t in sc.tables if t.name != locked])
@@ -282,7 +305,7 @@ class Fuzzer:
             if not conn.autocommit:
                 conn.rollback()
         self.insert_new(sc, db, offset, [t for t in sc.tables if t.name == locked])
-        return self.judge(sc, db, copied, clock0 + offset)
+        return self.judge(sc, db, copied, clock0 + offset, clock0, cannot_tell)
 
     def ids(self, conn, t):
         """Every id stored in t (numeric/text cast back to bigint)."""
@@ -298,6 +321,11 @@ class Fuzzer:
         elif sc.path == "dump_data":
             self.pipe(["pg_dump", "--data-only", "--disable-triggers"] +
                       [a for n in names for a in ("-t", n)] + self.src_args(db), db)
+        elif sc.path == "dump_full":
+            # the whole database, the extension and its origin rows included (a restore into
+            # another server: the origin says the ids were made elsewhere)
+            self.pipe(["pg_dump"] + self.src_args(db), db, extra=["--set", "ON_ERROR_STOP=1"])
+            sc.log[:0] = [stmt + ";" for t in sc.tables if t.shape != "temp_other" for stmt in t.ddl]
         elif sc.path == "dump_schema":
             # the whole public and fz_other schemas, DDL and data (not the extension's own schema)
             dst.execute("CREATE EXTENSION pg_shard_id")
@@ -357,6 +385,13 @@ class Fuzzer:
         elif sc.event == "resync":
             # a guard that was already live when the rows came: the documented step
             self.dst.sql("SELECT shard_id_resync('s')", db)
+        elif sc.event == "held_first_id":
+            # the sequence's first id (and, after a restore, the origin's record) in a
+            # transaction left open while every other session inserts
+            conn = self.dst.connect(db, autocommit=False)
+            conn.execute(f"SET TRANSACTION ISOLATION LEVEL {sc.isolation}")
+            conn.execute("SELECT next_shard_id('s', 0)")
+            side.append(conn)
         elif sc.event == "lock" and sc.lock_table:
             conn = self.dst.connect(db, autocommit=False)
             conn.execute(f"LOCK TABLE {sc.lock_table} IN ACCESS EXCLUSIVE MODE")
@@ -367,11 +402,13 @@ class Fuzzer:
 
         def work(t):
             try:
-                with self.dst.connect(db, options="-c lock_timeout=5s") as conn:
+                with self.dst.connect(db, autocommit=False, options="-c lock_timeout=5s") as conn:
+                    conn.execute(f"SET TRANSACTION ISOLATION LEVEL {sc.isolation}")
                     if offset:
                         conn.execute(f"SET pg_shard_id.test_clock_offset_ms = {offset}")
                     n = 3000 if sc.burst else sc.rows
                     conn.execute(f"INSERT INTO {t.name} (n) SELECT 1 FROM generate_series(1, {n})")
+                    conn.commit()
             except psycopg.errors.LockNotAvailable:
                 errors.append(f"an insert into {t.name} waited for a lock")
             except psycopg.Error as e:
@@ -389,7 +426,16 @@ class Fuzzer:
         if errors:
             raise Failure("; ".join(errors))
 
-    def judge(self, sc, db, copied, clock0):
+    def cannot_tell_now(self, sc, db, copied):
+        """Whether, at the first id, some column the floor reads holds rows it cannot tell about."""
+        for t in sc.tables:
+            if not copied[t.name] or t.promise == "outside":
+                continue
+            if t.promise == "jump" or (sc.event == "lock" and t.name == sc.lock_table):
+                return True
+        return False
+
+    def judge(self, sc, db, copied, clock0, real_clock0, cannot_tell):
         with self.dst.connect(db) as conn:
             flagged = conn.execute(
                 "SELECT detail FROM shard_id_check() WHERE \"check\" = 'data_floor'").fetchone()[0]
@@ -405,12 +451,18 @@ class Fuzzer:
                 fresh = [i for i in stored if i not in before]
                 all_ids += stored
                 new_ids += [(i, t) for i in fresh]
-            repeats = len(all_ids) - len(set(all_ids))
-            if repeats:
-                problems.append(f"{repeats} ids repeated among the rows of sequence s")
-
             def ms(i):
                 return (i >> 23) + epoch
+
+            # copied ids the promise leaves out (README, guarantee 9): those of a role's table
+            # that may not draw from s, and those beyond the jump in a column that cannot tell
+            limit = {i for t in sc.tables for i in copied[t.name]
+                     if t.promise == "outside"
+                     or (t.promise == "jump" and ms(i) > clock0 + JUMP_MS - 2_000)}
+            counted = [i for i in all_ids if i not in limit]
+            repeats = len(counted) - len(set(counted))
+            if repeats:
+                problems.append(f"{repeats} ids repeated among the rows of sequence s")
 
             # the copied ids the promise covers: plausible ones in columns the floor may see
             covered = [(i, t) for t in sc.tables if t.promise != "outside"
@@ -432,6 +484,16 @@ class Fuzzer:
                     problems.append(f"{len(below)} new ids at or below the copied id {i} of {t.name} "
                                     f"({t.shape}, {ms(i) - clock0} ms ahead)")
                     break
+            # and no further above them than the data says: the newest copied id the floor
+            # reads, the 10-minute jump where a column cannot tell, else the clock (a role's
+            # planted row, an implausible row, another sequence's lead: none may move it)
+            expected = max([real_clock0] + [ms(i) + 1 for i, t in covered if t.promise == "read"]
+                           + ([real_clock0 + JUMP_MS + 1_001] if cannot_tell else []))
+            if new_ids:
+                first = min(ms(n) for n, _ in new_ids)
+                if first > expected + 5_000:
+                    problems.append(f"new ids start {first - real_clock0} ms ahead of the clock, "
+                                    f"{first - expected} ms above what the data says")
             for t in sc.tables:
                 base = re.escape(t.name.split(".")[1])
                 if t.promise == "jump" and copied[t.name] and t.shape != "temp_other" \
@@ -443,7 +505,7 @@ class Fuzzer:
 
 def describe(sc):
     return (f"seed {sc.seed}: shapes {[t.shape for t in sc.tables]}, path {sc.path}, event {sc.event}, "
-            f"lead {sc.lead_ms} ms, implausible row {sc.implausible}, burst {sc.burst}")
+            f"lead {sc.lead_ms} ms, implausible row {sc.implausible}, burst {sc.burst}, {sc.isolation}")
 
 
 def reproduce_script(sc):

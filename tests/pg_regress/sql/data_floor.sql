@@ -100,7 +100,7 @@ CREATE SEQUENCE df_wrapped_s;
 CREATE TABLE df_wrapped (id bigint PRIMARY KEY DEFAULT abs(next_shard_id('df_wrapped_s', 9)));
 INSERT INTO df_wrapped VALUES (shard_id_compose(now() + interval '5 minutes', 9, 0));
 SELECT shard_id_extract_timestamp(next_shard_id('df_wrapped_s', 9)) > now() + interval '9 minutes' AS ten_minutes_ahead;
-SELECT detail ~ 'df_wrapped.id \(its DEFAULT wraps or casts the next_shard_id call\)' AS names_it_and_why
+SELECT detail ~ 'df_wrapped.id \(its DEFAULT is not the plain next_shard_id call\)' AS names_it_and_why
 FROM shard_id_check() WHERE "check" = 'data_floor';
 -- every shape of DEFAULT that draws from the sequence is seen: a domain's default (at any depth),
 -- a numeric or text column (a cast around the call), coalesce(...), a sequence named by text
@@ -125,9 +125,30 @@ CREATE TABLE df_num (id numeric PRIMARY KEY DEFAULT next_shard_id('df_shape_s', 
 CREATE TABLE df_coalesce (id bigint PRIMARY KEY DEFAULT coalesce(next_shard_id('df_shape_s', 13), 0));
 INSERT INTO df_num VALUES (shard_id_compose(now() + interval '33 minutes', 13, 0));
 SELECT shard_id_resync('df_shape_s') - now() > interval '9 minutes' AS numeric_column_jumps;
-SELECT detail ~ 'df_num.id \(its DEFAULT wraps' AS numeric_named,
+SELECT detail ~ 'df_num.id \(its DEFAULT is not the plain' AS numeric_named,
        detail ~ 'df_coalesce.id' AS empty_table_not_named
 FROM shard_id_check() WHERE "check" = 'data_floor';
+-- a DEFAULT that calls the user's own function that calls next_shard_id (a string body in SQL or
+-- PL/pgSQL, or a SQL-standard body): counted, as "cannot tell" (ids 10 minutes ahead)
+CREATE SEQUENCE df_own_s;
+CREATE FUNCTION df_new_id() RETURNS bigint LANGUAGE sql VOLATILE AS $$SELECT next_shard_id('df_own_s', 16)$$;
+CREATE FUNCTION df_new_id_pl() RETURNS bigint LANGUAGE plpgsql VOLATILE AS $$BEGIN RETURN next_shard_id('df_own_s', 16); END$$;
+CREATE FUNCTION df_new_id_std() RETURNS bigint LANGUAGE sql VOLATILE RETURN next_shard_id('df_own_s', 16);
+CREATE TABLE df_own (id bigint PRIMARY KEY DEFAULT df_new_id());
+CREATE TABLE df_own_pl (id bigint PRIMARY KEY DEFAULT df_new_id_pl());
+CREATE TABLE df_own_std (id bigint PRIMARY KEY DEFAULT df_new_id_std());
+INSERT INTO df_own VALUES (shard_id_compose(now() + interval '5 minutes', 16, 0));
+SELECT shard_id_resync('df_own_s') - now() > interval '9 minutes' AS sql_function_seen;
+TRUNCATE df_own;
+INSERT INTO df_own_pl VALUES (shard_id_compose(now() + interval '5 minutes', 16, 0));
+SELECT shard_id_resync('df_own_s') - now() > interval '9 minutes' AS plpgsql_function_seen;
+TRUNCATE df_own_pl;
+INSERT INTO df_own_std VALUES (shard_id_compose(now() + interval '5 minutes', 16, 0));
+SELECT shard_id_resync('df_own_s') - now() > interval '9 minutes' AS sql_standard_function_seen;
+SELECT detail ~ 'df_own_std.id \(its DEFAULT is not the plain' AS named FROM shard_id_check() WHERE "check" = 'data_floor';
+DROP TABLE df_own, df_own_pl, df_own_std;
+DROP FUNCTION df_new_id(), df_new_id_pl(), df_new_id_std();
+DROP SEQUENCE df_own_s;
 DROP TABLE df_dom, df_dom_over, df_late, df_num, df_coalesce;
 DROP DOMAIN df_sid_over, df_sid;
 DROP SEQUENCE df_shape_s;
