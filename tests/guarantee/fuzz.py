@@ -396,6 +396,9 @@ class Fuzzer:
             conn = self.dst.connect(db, autocommit=False)
             conn.execute(f"LOCK TABLE {sc.lock_table} IN ACCESS EXCLUSIVE MODE")
             side.append(conn)
+            # the sequence's first id while the table is locked (never waiting for it)
+            with self.dst.connect(db, options="-c lock_timeout=5s") as first:
+                first.execute("SELECT next_shard_id('s', 0)")
 
     def insert_new(self, sc, db, offset, tables):
         errors = []
@@ -500,7 +503,7 @@ class Fuzzer:
                         and not re.search(rf"\b{base}(_\w+)?\.id\b", flagged):
                     problems.append(f"shard_id_check() does not flag {t.name} ({t.shape})")
         if problems:
-            raise Failure("; ".join(problems))
+            raise Failure("; ".join(problems) + f"\n  shard_id_check() data_floor: {flagged[:600]}")
 
 
 def describe(sc):

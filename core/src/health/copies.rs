@@ -13,17 +13,7 @@ use std::collections::BTreeSet;
 /// sentence with the fix): rows loaded after the guard's first id without `shard_id_resync`, or
 /// in a table that was locked at that first id. New ids can reach them: failed.
 pub fn data_floor(unreadable: &[String], implausible: &[String], above: &[String]) -> Finding {
-    if !above.is_empty() {
-        return finding(
-            "data_floor",
-            Status::Failed,
-            format!(
-                "stored ids above the ids their sequence now issues, which new ids can repeat: {}.",
-                above.join("; ")
-            ),
-        );
-    }
-    if unreadable.is_empty() && implausible.is_empty() {
+    if unreadable.is_empty() && implausible.is_empty() && above.is_empty() {
         return finding(
             "data_floor",
             Status::Ok,
@@ -32,6 +22,12 @@ pub fn data_floor(unreadable: &[String], implausible: &[String], above: &[String
         );
     }
     let mut problems = Vec::new();
+    if !above.is_empty() {
+        problems.push(format!(
+            "stored ids above the ids their sequence now issues, which new ids can repeat: {}",
+            above.join("; ")
+        ));
+    }
     if !unreadable.is_empty() {
         problems.push(format!(
             "{} may hold rows whose newest id no index can read, so a sequence's first id after \
@@ -52,7 +48,12 @@ pub fn data_floor(unreadable: &[String], implausible: &[String], above: &[String
             implausible.join(", ")
         ));
     }
-    finding("data_floor", Status::Warning, problems.join(". ") + ".")
+    let status = if above.is_empty() {
+        Status::Warning
+    } else {
+        Status::Failed
+    };
+    finding("data_floor", status, problems.join(". ") + ".")
 }
 
 /// A table this database receives rows for through an enabled subscription, with the shard of
@@ -167,9 +168,17 @@ mod tests {
         assert!(
             far.detail.contains("9223372036854775807") && far.detail.contains("delete or correct")
         );
-        let above = data_floor(&[], &[], &["public.t.id holds ids up to ...".to_string()]);
+        let above = data_floor(
+            &["public.u.id (no index)".to_string()],
+            &[],
+            &["public.t.id holds ids up to ...".to_string()],
+        );
         assert_eq!(above.status, Status::Failed);
         assert!(above.detail.contains("public.t.id holds ids up to"));
+        assert!(
+            above.detail.contains("public.u.id (no index)"),
+            "and the rest"
+        );
     }
 
     #[test]
