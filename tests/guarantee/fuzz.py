@@ -198,7 +198,8 @@ class Failure(Exception):
 
 
 class Fuzzer:
-    def __init__(self):
+    def __init__(self, keep=False):
+        self.keep = keep  # leave the databases and clusters for a look (--keep)
         conf = ["wal_level = logical", "max_wal_senders = 20", "max_replication_slots = 20",
                 f"pg_shard_id.node = {NODE}", "pg_shard_id.overflow = borrow"]
         self.conf = conf
@@ -216,8 +217,9 @@ class Fuzzer:
         self.dst.sql(CREATE_ROLE)
 
     def close(self):
-        self.src.destroy()
-        self.dst.destroy()
+        if not self.keep:
+            self.src.destroy()
+            self.dst.destroy()
 
     # -- one scenario ------------------------------------------------------------------------
 
@@ -239,7 +241,8 @@ class Fuzzer:
                     pass
             for c in (self.src, self.dst):
                 try:
-                    c.sql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+                    if not self.keep:
+                        c.sql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
                 except psycopg.Error:
                     pass
 
@@ -319,18 +322,20 @@ class Fuzzer:
             for name in names:
                 self.copy_table(src, dst, name)
         elif sc.path == "dump_data":
+            # (each table and its partitions or children: -t names only the table itself)
             self.pipe(["pg_dump", "--data-only", "--disable-triggers"] +
-                      [a for n in names for a in ("-t", n)] + self.src_args(db), db)
+                      [a for n in names for a in ("-t", n, "-t", f"{n}_*")] + self.src_args(db), db)
         elif sc.path == "dump_full":
             # the whole database, the extension and its origin rows included (a restore into
             # another server: the origin says the ids were made elsewhere)
-            self.pipe(["pg_dump"] + self.src_args(db), db, extra=["--set", "ON_ERROR_STOP=1"])
+            self.pipe(["pg_dump"] + self.not_temp(temp) + self.src_args(db), db,
+                      extra=["--set", "ON_ERROR_STOP=1"])
             sc.log[:0] = [stmt + ";" for t in sc.tables if t.shape != "temp_other" for stmt in t.ddl]
         elif sc.path == "dump_schema":
             # the whole public and fz_other schemas, DDL and data (not the extension's own schema)
             dst.execute("CREATE EXTENSION pg_shard_id")
             dst.execute("CREATE SCHEMA fz_other AUTHORIZATION fz_other")
-            self.pipe(["pg_dump", "-n", "public"] + (["-n", "fz_other"] if any(
+            self.pipe(["pg_dump", "-n", "public"] + self.not_temp(temp) + (["-n", "fz_other"] if any(
                 t.name.startswith("fz_other.") for t in sc.tables) else []) + self.src_args(db), db,
                       extra=["--set", "ON_ERROR_STOP=0"])
             sc.log[:0] = [stmt + ";" for t in sc.tables if t.shape != "temp_other" for stmt in t.ddl]
@@ -349,6 +354,11 @@ class Fuzzer:
             dst.execute("ALTER SUBSCRIPTION fz_sub SET (slot_name = NONE)")
             dst.execute("DROP SUBSCRIPTION fz_sub")
             src.execute("SELECT pg_drop_replication_slot('fz_sub')")
+        for t in sc.tables:  # every row arrived (else the scenario tests nothing)
+            if t.shape != "temp_other":
+                want, got = (c.execute(f"SELECT count(*) FROM {t.name}").fetchone()[0] for c in (src, dst))
+                if want != got:
+                    raise RuntimeError(f"the copy ({sc.path}) brought {got} of {want} rows of {t.name}")
         for t in temp:  # another session's staging table on the destination, kept open
             conn = self.dst.connect(db)
             conn.execute("SET client_min_messages = warning")
@@ -358,6 +368,11 @@ class Fuzzer:
             conn.execute(f"INSERT INTO {t.name.split('.')[1]} (id, n) SELECT unnest(%s::bigint[]), 1",
                          (rows,))
             side.append(conn)
+
+    @staticmethod
+    def not_temp(temp):
+        """pg_dump options leaving out the tables that stand for another session's temporary one."""
+        return [a for t in temp for a in ("-T", t.name)]
 
     def copy_table(self, src, dst, name):
         with src.cursor().copy(f"COPY (SELECT * FROM {name}) TO STDOUT") as out:
@@ -563,10 +578,11 @@ def main():
     parser.add_argument("--seeds", type=int, default=12)
     parser.add_argument("--soak", type=int, default=0, help="run seeds for this many seconds instead")
     parser.add_argument("--no-shrink", action="store_true")
+    parser.add_argument("--keep", action="store_true", help="leave the clusters and databases running")
     args = parser.parse_args()
     first = args.seed if args.seed is not None else int(datetime.date.today().strftime("%Y%m%d")) * 100
     print(f"fuzz: seeds from {first} (re-run one: fuzz.py --seed N --seeds 1)", flush=True)
-    fuzzer = Fuzzer()
+    fuzzer = Fuzzer(args.keep)
     passed = failed = 0
     started = time.monotonic()
     seed = first
