@@ -12,6 +12,10 @@
 #      3 clusters with a shard move, shard_id_adopt under load and through pg_dump/pg_restore;
 #      lifecycle.sh: a synchronous standby promoted after kill -9, PITR from a WAL archive, WAL
 #      replayed without the library, a restore into another server, libfaketime clocks
+#      (15 and 18) tests/guarantee: the data floor and the origin record attacked in real
+#      clusters (pytest scenarios: every isolation level with 2 and 8 sessions, locks, another
+#      session's temporary table, two writers with one node number), then the seeded lifecycle
+#      fuzzer over schema shapes, copy paths and events (tests/guarantee/fuzz.py, 20 fixed seeds)
 #   7. the upgrade test (tests/upgrade): every released version, with tables that use every
 #      function, updated in place by ALTER EXTENSION ... UPDATE, equal to a fresh install; and
 #      (18, when 17 is tested too) pg_upgrade 17 -> 18 after a lead (tests/upgrade/pg_upgrade.sh)
@@ -115,6 +119,8 @@ for version in $PG_VERSIONS; do
     stage "PostgreSQL $PG_MAJOR: installing the test build for the SQL-level suites" install_test_build
     stage "PostgreSQL $PG_MAJOR: pg_regress suite" bash scripts/regress.sh
     stage "PostgreSQL $PG_MAJOR: cluster tests" bash tests/cluster/run.sh
+    every_stage && stage "PostgreSQL $PG_MAJOR: the guarantee under attack (scenarios, seeded lifecycle fuzzer)" \
+        bash tests/guarantee/run.sh
     stage "PostgreSQL $PG_MAJOR: upgrade from every released version" bash tests/upgrade/run.sh
     if [ "$PG_MAJOR" = 18 ] && [[ " $test_build_in " == *" 17 "* ]]; then
         stage "PostgreSQL 17 -> 18: pg_upgrade after a lead, the epoch missing" bash tests/upgrade/pg_upgrade.sh 17 18

@@ -91,6 +91,42 @@ mod tests {
     }
 
     #[pg_test]
+    fn every_shape_of_default_is_read_or_counted_and_the_floor_is_the_newest_plausible_id() {
+        // a domain's DEFAULT: read at its index's end; 1,024 copied rows 20 minutes ahead under
+        // one no guard could have made (6 hours): the floor is the newest plausible id
+        run("CREATE SEQUENCE shape_pg_test");
+        run("CREATE DOMAIN shape_pg_test_d AS bigint DEFAULT next_shard_id('shape_pg_test', 3)");
+        run("CREATE TABLE shape_pg_test_dom (id shape_pg_test_d PRIMARY KEY)");
+        run("INSERT INTO shape_pg_test_dom SELECT shard_id_compose(now() + interval '20 minutes', 3, g) \
+             FROM generate_series(0, 1023) g");
+        run("INSERT INTO shape_pg_test_dom VALUES (shard_id_compose(now() + interval '6 hours', 3, 0))");
+        let first: i64 = one("SELECT next_shard_id('shape_pg_test', 3)");
+        assert!(
+            one::<bool>(&format!(
+                "SELECT shard_id_extract_timestamp({first}) \
+                 BETWEEN now() + interval '20 minutes' AND now() + interval '20 minutes 2 s'"
+            )),
+            "right above the plausible rows, not 10 minutes ahead and not 6 hours"
+        );
+        // a numeric column (a cast around the call) with rows: cannot tell, 10 minutes ahead
+        run("CREATE SEQUENCE shape_pg_test_w");
+        run("CREATE TABLE shape_pg_test_num (id numeric PRIMARY KEY DEFAULT next_shard_id('shape_pg_test_w', 3))");
+        run("INSERT INTO shape_pg_test_num VALUES (shard_id_compose(now() + interval '5 minutes', 3, 0))");
+        let jumped: i64 = one("SELECT next_shard_id('shape_pg_test_w', 3)");
+        assert!(one::<bool>(&format!(
+            "SELECT shard_id_extract_timestamp({jumped}) > now() + interval '10 minutes'"
+        )));
+        let detail: String =
+            one("SELECT detail FROM shard_id_check() WHERE \"check\" = 'data_floor'");
+        assert!(
+            detail
+                .contains("shape_pg_test_num.id (its DEFAULT is not the plain next_shard_id call)")
+                && detail.contains("shape_pg_test_dom.id ("),
+            "{detail}"
+        );
+    }
+
+    #[pg_test]
     fn a_sequences_first_id_starts_above_the_rows_stored_in_its_default_columns() {
         run("CREATE SEQUENCE floor_pg_test");
         run("CREATE TABLE floor_pg_test_t (id bigint PRIMARY KEY DEFAULT next_shard_id('floor_pg_test', 3), n int)");
