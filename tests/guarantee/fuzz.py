@@ -61,7 +61,7 @@ SHAPES = {
     "role_usage": "read", "role_nousage": "outside", "temp_other": "jump",
 }
 PATHS = ["copy", "dump_data", "dump_schema", "dump_full", "logical_tables", "logical_all"]
-EVENTS = ["none", "restart", "crash", "resync", "lock", "clock_behind", "held_first_id"]
+EVENTS = ["none", "restart", "crash", "resync", "lock", "clock_behind", "held_first_id", "churn_lead"]
 
 
 @dataclass
@@ -74,6 +74,7 @@ class Table:
     other_cols: str = ""  # the insert's column list for a row through the DEFAULT
     other_vals: str = ""
     partition_key: bool = False
+    extra_ms: int = 0  # this table's rows are this much further ahead than the scenario's lead
 
     @property
     def promise(self):
@@ -169,6 +170,7 @@ def make_table(rng, i, shape):
     elif shape == "temp_other":
         ddl.append(f"CREATE TABLE {name} (id bigint PRIMARY KEY {default}, n int)")
     t.other_cols, t.other_vals = "n", "1"
+    t.extra_ms = rng.choice([0, 0, rng.randint(1_000, 300_000)])
     return t
 
 
@@ -207,7 +209,8 @@ class Fuzzer:
     def __init__(self, keep=False):
         self.keep = keep  # leave the databases and clusters for a look (--keep)
         conf = ["wal_level = logical", "max_wal_senders = 20", "max_replication_slots = 20",
-                f"pg_shard_id.node = {NODE}", "pg_shard_id.overflow = borrow"]
+                f"pg_shard_id.node = {NODE}", "pg_shard_id.overflow = borrow",
+                "pg_shard_id.max_sequences = 16"]  # (the fewest: churn evicts at once)
         self.conf = conf
         self.src = Cluster("fuzz_src", conf)
         self.dst = None
@@ -278,8 +281,8 @@ class Fuzzer:
         if sc.path not in ("dump_schema", "dump_full"):
             self.schema(dst, sc, "dst")
         # the source's rows: ids made through its DEFAULTs with its clock sc.lead_ms ahead
-        src.execute(f"SET pg_shard_id.test_clock_offset_ms = {sc.lead_ms}")
         for t in sc.tables:
+            src.execute(f"SET pg_shard_id.test_clock_offset_ms = {sc.lead_ms + t.extra_ms}")
             n = "g" if not t.partition_key else "(g * 37) % 2000"
             src.execute(f"INSERT INTO {t.name} (n) SELECT {n} FROM generate_series(1, {sc.rows}) g")
             if t.shape == "role_nousage":
@@ -417,6 +420,19 @@ class Fuzzer:
             conn = self.dst.connect(db, autocommit=False)
             conn.execute(f"SET TRANSACTION ISOLATION LEVEL {sc.isolation}")
             conn.execute("SELECT next_shard_id('s', 0)")
+            side.append(conn)
+        elif sc.event == "churn_lead":
+            # another sequence an hour ahead (its own temporary table's rows), then evicted by
+            # churn: its lead must stay its own
+            conn = self.dst.connect(db)
+            conn.execute("SET client_min_messages = warning")
+            conn.execute("CREATE TEMP SEQUENCE fz_x")
+            conn.execute("CREATE TEMP TABLE fz_xt (id bigint PRIMARY KEY DEFAULT next_shard_id('fz_x', 1))")
+            conn.execute("INSERT INTO fz_xt VALUES (shard_id_compose(now() + interval '60 minutes', 1, 0))")
+            conn.execute("SELECT next_shard_id('fz_x', 1)")
+            conn.execute("DO $$BEGIN FOR i IN 1..40 LOOP "
+                         "EXECUTE format('CREATE TEMP SEQUENCE fz_c%s', i); "
+                         "PERFORM next_shard_id(format('fz_c%s', i)::regclass, 2); END LOOP; END$$")
             side.append(conn)
         elif sc.event == "lock" and sc.lock_table:
             conn = self.dst.connect(db, autocommit=False)
