@@ -4,6 +4,8 @@
 -- as a function's SET clause does: no role's objects can stand in for the catalog's), with the
 -- latest snapshot (a REPEATABLE READ transaction still sees a DEFAULT or a partition added after
 -- it began), and it takes no lock (a first id never waits; pg_get_expr would lock each table).
+-- Patterns are dollar-quoted: standard_conforming_strings = off would read their backslashes as
+-- escapes (the pg_test that runs shard_id_check() with it off catches that).
 --
 -- $1: the sequence (NULL: every sequence). One row per column of a leaf relation:
 --   relid, seq (NULL: the DEFAULT names no sequence, it is chosen from text at run time, so the
@@ -95,7 +97,7 @@ SELECT l.relid, l.seq,
        CASE
            -- a cast, a wrapper, shard_id_mask(...), a function of the user's own: the stored
            -- values may not be the ids as issued
-           WHEN NOT coalesce(substring(l.expr FROM '^(?:\{COERCETODOMAIN :arg )?\{FUNCEXPR :funcid (\d+) ')::oid
+           WHEN NOT coalesce(substring(l.expr FROM $re$^(?:\{COERCETODOMAIN :arg )?\{FUNCEXPR :funcid (\d+) $re$)::oid
                              IN (SELECT oid FROM ours), false) THEN 'expression'
            WHEN NOT base.bigint THEN 'type'
            -- its buffers are another session's
@@ -107,7 +109,7 @@ SELECT l.relid, l.seq,
        i.indexrelid,
        coalesce(i.indoption[0] & 1 = 1, false) AS descending,
        -- the shard number of next_shard_id(seq, N); NULL for the node form, next_shard_id(seq)
-       (regexp_match(l.deparsed, 'next_shard_id\(.*?, (\d{1,9})\)'))[1]::bigint AS shard
+       (regexp_match(l.deparsed, $re$next_shard_id\(.*?, (\d{1,9})\)$re$))[1]::bigint AS shard
   FROM tree l
   JOIN pg_class c ON c.oid = l.relid AND c.relkind <> 'p'
   JOIN pg_class root ON root.oid = l.root
