@@ -10,7 +10,7 @@
 -- $1: the sequence (NULL: every sequence). One row per column of a leaf relation:
 --   relid, seq (NULL: the DEFAULT names no sequence, it is chosen from text at run time, so the
 --   column counts for every sequence), name, cannot_tell (NULL, or why no index can say what the
---   column holds), index, descending, shard (NULL: the node form).
+--   column holds), index, descending, shard (NULL: not read from the DEFAULT), node_form.
 --
 -- A column counts when its default, the column's own DEFAULT or else the nearest DEFAULT of its
 -- domain chain, depends on one of this extension's next_shard_id functions (the dependency that
@@ -108,8 +108,10 @@ SELECT l.relid, l.seq,
        END AS cannot_tell,
        i.indexrelid,
        coalesce(i.indoption[0] & 1 = 1, false) AS descending,
-       -- the shard number of next_shard_id(seq, N); NULL for the node form, next_shard_id(seq)
-       (regexp_match(l.deparsed, $re$next_shard_id\(.*?, (\d{1,9})\)$re$))[1]::bigint AS shard
+       -- the shard number of next_shard_id(seq, N), the sequence named or given as text (NULL
+       -- for any other shape), and whether it is the node form, next_shard_id(seq)
+       (regexp_match(l.deparsed, $re$next_shard_id\((?:'(?:[^']|'')*'|\('(?:[^']|'')*'::text\))::regclass, (\d{1,9})\)$re$))[1]::bigint AS shard,
+       l.deparsed ~ $re$next_shard_id\((?:'(?:[^']|'')*'|\('(?:[^']|'')*'::text\))::regclass\)$re$ AS node_form
   FROM tree l
   JOIN pg_class c ON c.oid = l.relid AND c.relkind <> 'p'
   JOIN pg_class root ON root.oid = l.root

@@ -160,20 +160,29 @@ fn data_floor_finding(
         .map(|t| t.stats())
         .unwrap_or_default()
         .into_iter()
+        // (a guard still waiting for its data floor holds the table's floor, not an issued id)
+        .filter(|s| !s.awaiting_data_floor)
         .filter_map(|s| Some((s.key, s.last_ms?)))
         .collect();
     // SAFETY: a backend global, set once at connection.
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
+    // a column listed with two sequences (a DEFAULT naming both, or a child with a DEFAULT of
+    // its own under a parent's): its newest id may be the other sequence's
+    let mut sequences_of: std::collections::HashMap<&str, usize> = Default::default();
+    for (column, _) in columns {
+        *sequences_of.entry(&column.name).or_default() += 1;
+    }
     for (column, newest) in columns {
         // a stored id of the column's own shard above where its sequence's guard issues: rows
         // came in after its first id (loaded into a live table, or a table that was locked then),
         // and new ids may repeat them (another shard's rows, a replica's writes, cannot)
-        let shard = column.shard.or(node);
+        let shard = column.shard.or(node.filter(|_| column.node_form));
         let stored = newest
             .as_ref()
             .ok()
             .and_then(|n| n.plausible)
-            .filter(|&id| layout::shard_of(id).ok() == shard);
+            .filter(|&id| shard.is_some() && layout::shard_of(id).ok() == shard)
+            .filter(|_| sequences_of.get(column.name.as_str()) == Some(&1));
         let key = column.sequence.map(|s| slot_key(database, s.to_u32()));
         if let (Some(id), Some(last_ms)) = (stored, key.and_then(|k| issuing.get(&k))) {
             if layout::ms_of(id).is_ok_and(|ms| ms > *last_ms) {
@@ -307,7 +316,7 @@ fn shard_defaults(columns: &[Read], node: Option<i64>) -> Vec<ShardDefault> {
                 sequence: column
                     .sequence
                     .map_or_else(|| "a sequence named by text".to_string(), relation_name),
-                shard: column.shard.or(node)?,
+                shard: column.shard.or(node.filter(|_| column.node_form))?,
             })
         })
         .collect()

@@ -179,7 +179,7 @@ enum Recording {
 
 /// Records this server in a subtransaction, so that the extension's bookkeeping never waits for,
 /// nor fails, the insert whose first id it is (README, guarantee 9):
-/// * recorders take the origin table's SHARE ROW EXCLUSIVE lock, which conflicts with itself,
+/// * recorders take the origin table's SHARE UPDATE EXCLUSIVE lock, which conflicts with itself,
 ///   only if it is free at once: a transaction that recorded and is still open (its rows locked
 ///   until it ends) makes the others record later, never wait for it;
 /// * under REPEATABLE READ, a recording that finds the rows changed since its snapshot (another
@@ -261,10 +261,12 @@ fn record_without_failing() -> Recording {
     Recording::Failed
 }
 
-/// Takes `_pg_shard_id.origin`'s SHARE ROW EXCLUSIVE lock if it is free at once (held until the
-/// transaction ends, as the rows written under it are); false when another transaction holds it
-/// or a conflicting lock. Only recorders take it, so it never makes anything else wait but a
-/// statement that locks the whole table.
+/// Takes `_pg_shard_id.origin`'s SHARE UPDATE EXCLUSIVE lock if it is free at once (held until
+/// the transaction ends, as the rows written under it are); false when another transaction holds
+/// it or a conflicting lock. It conflicts with itself, so one recorder at a time, and not with
+/// the ROW EXCLUSIVE lock of plain writes: a logical replication apply worker writing the table
+/// (a `FOR ALL TABLES` subscription) never waits for it. (VACUUM takes the same lock: a recorder
+/// that meets one records at its next transaction.)
 fn lock_origin_at_once() -> bool {
     let Some(table) = Spi::get_one::<pg_sys::Oid>(
         "SELECT pg_catalog.to_regclass('_pg_shard_id.origin')::pg_catalog.oid",
@@ -275,7 +277,10 @@ fn lock_origin_at_once() -> bool {
     };
     // SAFETY: a lock on a relation by oid, inside a transaction; never waits.
     unsafe {
-        pg_sys::ConditionalLockRelationOid(table, pg_sys::ShareRowExclusiveLock as pg_sys::LOCKMODE)
+        pg_sys::ConditionalLockRelationOid(
+            table,
+            pg_sys::ShareUpdateExclusiveLock as pg_sys::LOCKMODE,
+        )
     }
 }
 

@@ -64,8 +64,10 @@ pub struct Column {
     pub cannot_tell: Option<CannotTell>,
     /// The btree index whose first column it is, if any, and whether it sorts descending.
     pub index: Option<(pg_sys::Oid, bool)>,
-    /// The shard number its `next_shard_id(seq, N)` call names; `None`: the node form.
+    /// The shard number its `next_shard_id(seq, N)` call names (`None`: another shape).
     pub shard: Option<i64>,
+    /// The DEFAULT is the node form, `next_shard_id(seq)`: the server's node number is its shard.
+    pub node_form: bool,
 }
 
 const COLUMNS_SQL: &str = include_str!("../../sql/data_floor_columns.sql");
@@ -147,6 +149,7 @@ unsafe fn read_rows() -> Vec<Column> {
                     )
                 }),
                 shard: i64::from_datum(get(row, 7).0, get(row, 7).1),
+                node_form: bool::from_datum(get(row, 8).0, get(row, 8).1).unwrap_or(false),
             })
             .collect()
     }

@@ -38,6 +38,14 @@
 //!   `shard_id_check()` reports it (row `data_floor`). Rows copied in further ahead than that can
 //!   still be reached: README, guarantee 9.
 //!
+//! Every caller that finds the guard awaiting reads the floor itself (issue 36 asked for one
+//! reader per request). Decided against a claim that makes the others wait for the first reader:
+//! that is a wait on another backend, which may be slow, cancelled or stuck behind its own
+//! statement, and "a first id never waits" is the rule this module keeps; each read is bounded
+//! instead (one catalog query without locks, one or two descents per column, at most 100 heap
+//! pages of dead entries), and only the callers that arrive before the first read settles repeat
+//! it.
+//!
 //! Runs on the slow path only (inside pgrx's guard): SPI and catalog access, locks, ERRORs.
 
 mod columns;

@@ -61,7 +61,8 @@ SHAPES = {
     "role_usage": "read", "role_nousage": "outside", "temp_other": "jump",
 }
 PATHS = ["copy", "dump_data", "dump_schema", "dump_full", "logical_tables", "logical_all"]
-EVENTS = ["none", "restart", "crash", "resync", "lock", "clock_behind", "held_first_id", "churn_lead"]
+EVENTS = ["none", "restart", "crash", "resync", "lock", "clock_behind", "held_first_id", "churn_lead",
+          "late_default"]
 
 
 @dataclass
@@ -421,6 +422,22 @@ class Fuzzer:
             conn.execute(f"SET TRANSACTION ISOLATION LEVEL {sc.isolation}")
             conn.execute("SELECT next_shard_id('s', 0)")
             side.append(conn)
+        elif sc.event == "late_default":
+            # a REPEATABLE READ transaction whose snapshot predates a table's DEFAULT draws the
+            # sequence's first id: the catalog must be read as it is now, not as of the snapshot
+            plain = [t for t in sc.tables if t.shape in ("pk", "unique", "desc", "composite_first")]
+            if plain:
+                t = plain[0]
+                self.dst.sql(f"ALTER TABLE {t.name} ALTER id DROP DEFAULT", db)
+                conn = self.dst.connect(db, autocommit=False)
+                conn.execute("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ")
+                conn.execute("SELECT 1")
+                self.dst.sql(f"ALTER TABLE {t.name} ALTER id SET DEFAULT next_shard_id('s', {t.shard})", db)
+                conn.execute("SELECT next_shard_id('s', 0)")
+                conn.commit()
+                conn.close()
+                sc.log.append(f"-- {t.name}'s DEFAULT dropped, a REPEATABLE READ snapshot taken, the "
+                              f"DEFAULT set again, then the first id in that transaction")
         elif sc.event == "churn_lead":
             # another sequence an hour ahead (its own temporary table's rows), then evicted by
             # churn: its lead must stay its own

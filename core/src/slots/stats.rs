@@ -12,6 +12,9 @@ pub struct SequenceStats {
     pub last_ms: Option<i64>,
     /// The data floor that raised the guard, if one did (ms since the epoch).
     pub data_floor: Option<i64>,
+    /// Whether the guard still waits for its data floor (it has issued nothing since its slot
+    /// was claimed or it was told to read again).
+    pub awaiting_data_floor: bool,
     pub counts: Counts,
 }
 
@@ -32,6 +35,7 @@ impl SlotTable {
                     key: slot.key.load(Ordering::Relaxed),
                     last_ms: state.last_ms(),
                     data_floor: state.data_floor(),
+                    awaiting_data_floor: state.is_awaiting_data_floor(),
                     counts: state.counts,
                 })
             })
