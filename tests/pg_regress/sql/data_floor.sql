@@ -215,6 +215,20 @@ FROM shard_id_check() WHERE "check" = 'shard_numbers';
 DROP TABLE df_sn_1, df_sn_2;
 DROP DOMAIN df_sn_dom;
 DROP SEQUENCE df_sn_a, df_sn_b;
+-- a child table with a DEFAULT of its own (another sequence) under a parent's: its rows are the
+-- other sequence's, so they never count as "stored ids above where the parent's sequence issues"
+CREATE SEQUENCE df_pa_s;
+CREATE SEQUENCE df_ch_s;
+CREATE TABLE df_pa (id bigint DEFAULT next_shard_id('df_pa_s', 17));
+CREATE INDEX ON df_pa (id);
+CREATE TABLE df_ch (id bigint DEFAULT next_shard_id('df_ch_s', 17)) INHERITS (df_pa);
+CREATE INDEX ON df_ch (id);
+INSERT INTO df_pa DEFAULT VALUES;
+INSERT INTO df_ch VALUES (shard_id_compose(now() + interval '1 minute', 17, 0));
+SELECT status <> 'failed' AS not_failed, detail ~ 'holds ids up to' AS above_named
+FROM shard_id_check() WHERE "check" = 'data_floor';
+DROP TABLE df_ch, df_pa;
+DROP SEQUENCE df_pa_s, df_ch_s;
 DROP TABLE df_photos, df_events, df_plain, df_rls;
 DROP SEQUENCE df_s, df_p_s, df_plain_s, df_rls_s;
 DROP ROLE regress_df_writer;
