@@ -168,9 +168,15 @@ fn data_floor_finding(
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
     // a column listed with two sequences (a DEFAULT naming both, or a child with a DEFAULT of
     // its own under a parent's): its newest id may be the other sequence's
-    let mut sequences_of: std::collections::HashMap<&str, usize> = Default::default();
+    // (a partition is listed once through its parent and once through its own copy of the
+    // DEFAULT: one sequence still)
+    let mut sequences_of: std::collections::HashMap<&str, std::collections::HashSet<_>> =
+        Default::default();
     for (column, _) in columns {
-        *sequences_of.entry(&column.name).or_default() += 1;
+        sequences_of
+            .entry(&column.name)
+            .or_default()
+            .insert(column.sequence);
     }
     for (column, newest) in columns {
         // a stored id of the column's own shard above where its sequence's guard issues: rows
@@ -182,7 +188,7 @@ fn data_floor_finding(
             .ok()
             .and_then(|n| n.plausible)
             .filter(|&id| shard.is_some() && layout::shard_of(id).ok() == shard)
-            .filter(|_| sequences_of.get(column.name.as_str()) == Some(&1));
+            .filter(|_| sequences_of.get(column.name.as_str()).map(|s| s.len()) == Some(1));
         let key = column.sequence.map(|s| slot_key(database, s.to_u32()));
         if let (Some(id), Some(last_ms)) = (stored, key.and_then(|k| issuing.get(&k))) {
             if layout::ms_of(id).is_ok_and(|ms| ms > *last_ms) {
