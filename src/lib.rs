@@ -23,6 +23,7 @@ mod origin;
 mod partition;
 mod resync;
 mod routing;
+mod scoped;
 mod settings;
 mod shmem;
 mod shortcode;

@@ -9,7 +9,7 @@ use pg_shard_id_core::origin::{decide, floor_for_other_servers, Here, Recorded, 
 use pg_shard_id_core::slots::SlotTable;
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::prelude::*;
-use pgrx::{PgSubXactCallbackEvent, PgTryBuilder, PgXactCallbackEvent};
+use pgrx::{PgSubXactCallbackEvent, PgXactCallbackEvent};
 use std::sync::atomic::{AtomicBool, Ordering};
 
 /// Set once this backend has checked its database's origin and may issue ids.
@@ -200,39 +200,14 @@ fn record_without_failing() -> Recording {
     if unsafe { pg_sys::XactIsoLevel } >= pg_sys::XACT_SERIALIZABLE as i32 {
         return Recording::Later;
     }
-    // SAFETY: PL/pgSQL's protocol for an exception block (pl_exec.c, exec_stmt_block): begin an
-    // internal subtransaction, run, then release it or roll it back, and restore the memory
-    // context and resource owner the caller had. The ERROR, if any, was caught and its state
-    // flushed by PgTryBuilder before the rollback.
-    let outcome = unsafe {
-        let context = pg_sys::CurrentMemoryContext;
-        let owner = pg_sys::CurrentResourceOwner;
-        pg_sys::BeginInternalSubTransaction(std::ptr::null());
-        pg_sys::MemoryContextSwitchTo(context);
-        let outcome = PgTryBuilder::new(|| Ok(lock_origin_at_once() && record_this_server()))
-            .catch_others(|caught| Err(Box::new(caught)))
-            .execute();
-        if outcome.is_ok() {
-            pg_sys::ReleaseCurrentSubTransaction();
-        } else {
-            pg_sys::RollbackAndReleaseCurrentSubTransaction();
-        }
-        pg_sys::MemoryContextSwitchTo(context);
-        pg_sys::CurrentResourceOwner = owner;
-        outcome
-    };
-    let caught = match outcome {
+    let recorded =
+        crate::scoped::in_subtransaction(|| lock_origin_at_once() && record_this_server());
+    let caught = match recorded {
         Ok(true) => return Recording::Recorded,
         Ok(false) => return Recording::Later,
         Err(caught) => caught,
     };
-    let report = match caught.as_ref() {
-        pg_sys::panic::CaughtError::PostgresError(report)
-        | pg_sys::panic::CaughtError::ErrorReport(report)
-        | pg_sys::panic::CaughtError::RustPanic {
-            ereport: report, ..
-        } => report,
-    };
+    let report = crate::scoped::report_of(&caught);
     use PgSqlErrorCode::*;
     match report.sql_error_code() {
         // the rows changed after this transaction's snapshot: another transaction recorded

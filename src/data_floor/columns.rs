@@ -77,46 +77,34 @@ const COLUMNS_SQL: &str = include_str!("../../sql/data_floor_columns.sql");
 pub fn columns_of(sequence: Option<pg_sys::Oid>) -> Vec<Column> {
     let sql = CString::new(COLUMNS_SQL).expect("no NUL in the query");
     Spi::connect(|_client| {
-        // SAFETY: SPI is connected (Spi::connect); inside pgrx's guard, so an ERROR unwinds and
-        // the transaction's abort undoes the setting and SPI. The setting is undone below as a
-        // function's SET clause is (fmgr_security_definer): a new GUC nest level, then
-        // AtEOXact_GUC. Every datum is copied into Rust before SPI_finish frees it.
-        unsafe {
-            let nest = pg_sys::NewGUCNestLevel();
-            pg_sys::set_config_option(
-                c"search_path".as_ptr(),
-                c"pg_catalog, pg_temp".as_ptr(),
-                pg_sys::GucContext::PGC_USERSET,
-                pg_sys::GucSource::PGC_S_SESSION,
-                pg_sys::GucAction::GUC_ACTION_SAVE,
-                true,
-                0,
-                false,
-            );
-            let mut types = [pg_sys::OIDOID];
-            let plan = pg_sys::SPI_prepare(sql.as_ptr(), 1, types.as_mut_ptr());
-            if plan.is_null() {
-                error!("pg_shard_id: preparing the data floor's catalog query failed");
+        crate::scoped::with_setting(c"search_path", c"pg_catalog, pg_temp", || {
+            // SAFETY: SPI is connected (Spi::connect); inside pgrx's guard, so an ERROR unwinds
+            // and the transaction's abort undoes SPI. Every datum is copied into Rust before
+            // SPI_finish frees it.
+            unsafe {
+                let mut types = [pg_sys::OIDOID];
+                let plan = pg_sys::SPI_prepare(sql.as_ptr(), 1, types.as_mut_ptr());
+                if plan.is_null() {
+                    error!("pg_shard_id: preparing the data floor's catalog query failed");
+                }
+                let mut values = [pg_sys::Datum::from(sequence.unwrap_or(pg_sys::InvalidOid))];
+                let nulls = [if sequence.is_some() { b' ' } else { b'n' } as std::ffi::c_char];
+                let status = pg_sys::SPI_execute_snapshot(
+                    plan,
+                    values.as_mut_ptr(),
+                    nulls.as_ptr(),
+                    pg_sys::GetLatestSnapshot(),
+                    std::ptr::null_mut(),
+                    true,
+                    false,
+                    0,
+                );
+                if status != pg_sys::SPI_OK_SELECT as i32 {
+                    error!("pg_shard_id: the data floor's catalog query failed ({status})");
+                }
+                read_rows()
             }
-            let mut values = [pg_sys::Datum::from(sequence.unwrap_or(pg_sys::InvalidOid))];
-            let nulls = [if sequence.is_some() { b' ' } else { b'n' } as std::ffi::c_char];
-            let status = pg_sys::SPI_execute_snapshot(
-                plan,
-                values.as_mut_ptr(),
-                nulls.as_ptr(),
-                pg_sys::GetLatestSnapshot(),
-                std::ptr::null_mut(),
-                true,
-                false,
-                0,
-            );
-            if status != pg_sys::SPI_OK_SELECT as i32 {
-                error!("pg_shard_id: the data floor's catalog query failed ({status})");
-            }
-            let columns = read_rows();
-            pg_sys::AtEOXact_GUC(true, nest);
-            columns
-        }
+        })
     })
 }
 

@@ -14,12 +14,7 @@ VENV="$REPO/target/clients/venv"
 
 say "client packages (npm: pg, pg-copy-streams; PyPI: psycopg, SQLAlchemy, alembic, Django, pytest)"
 (cd "$HERE" && npm ci --no-audit --no-fund --loglevel=error) # exactly the lock file; a few seconds
-if ! [ -x "$VENV/bin/python" ] || ! cmp -s "$HERE/requirements.txt" "$VENV/requirements.txt"; then
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"
-    cp "$HERE/requirements.txt" "$VENV/requirements.txt"
-fi
+ensure_venv "$VENV" "$HERE/requirements.txt"
 
 start_cluster clients yes "fsync = off"
 # a mask key for the masked-shortcode test, owner-only in the data directory (README, masked ids)

@@ -60,6 +60,9 @@ SHAPES = {
     "partitioned": "read", "partitioned_noidx": "jump", "inherit": "read",
     "role_usage": "read", "role_nousage": "outside", "temp_other": "jump",
 }
+# the plain table's shapes that differ only in their index
+INDEXES = {"desc": "(id DESC)", "composite_first": "(id, n)", "composite_second": "(n, id)",
+           "hash": "USING hash (id)", "brin": "USING brin (id)", "partial": "(id) WHERE n > 0"}
 PATHS = ["copy", "dump_data", "dump_schema", "dump_full", "logical_tables", "logical_all"]
 EVENTS = ["none", "restart", "crash", "resync", "lock", "clock_behind", "held_first_id", "churn_lead",
           "late_default"]
@@ -111,18 +114,8 @@ def make_table(rng, i, shape):
         ddl.append(f"CREATE TABLE {name} (id bigint PRIMARY KEY {default}, n int)")
     elif shape == "unique":
         ddl.append(f"CREATE TABLE {name} (id bigint {default}, n int, UNIQUE (id))")
-    elif shape == "desc":
-        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} (id DESC)"]
-    elif shape == "composite_first":
-        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} (id, n)"]
-    elif shape == "composite_second":
-        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} (n, id)"]
-    elif shape == "hash":
-        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} USING hash (id)"]
-    elif shape == "brin":
-        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} USING brin (id)"]
-    elif shape == "partial":
-        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} (id) WHERE n > 0"]
+    elif shape in INDEXES:
+        ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} {INDEXES[shape]}"]
     elif shape == "noindex":
         ddl.append(f"CREATE TABLE {name} (id bigint {default}, n int)")
     elif shape in ("domain", "domain2"):

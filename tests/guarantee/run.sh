@@ -11,12 +11,7 @@
 source "$(dirname "$0")/../../scripts/lib.sh"
 HERE="$REPO/tests/guarantee"
 VENV="$REPO/target/guarantee/venv"
-if ! [ -x "$VENV/bin/python" ] || ! cmp -s "$HERE/requirements.txt" "$VENV/requirements.txt"; then
-    rm -rf "$VENV"
-    python3 -m venv "$VENV"
-    "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$HERE/requirements.txt"
-    cp "$HERE/requirements.txt" "$VENV/requirements.txt"
-fi
+ensure_venv "$VENV" "$HERE/requirements.txt"
 export PG_BIN PG_SHARD_ID_RUN_DIR="$RUN_DIR"
 cd "$HERE"
 status=0

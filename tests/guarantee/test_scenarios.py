@@ -135,6 +135,19 @@ def test_a_table_locked_at_the_first_id_is_cannot_tell_named_as_locked(cluster, 
     migration.close()
 
 
+def test_the_health_check_answers_behind_a_lock_on_the_origin_table(cluster, db):
+    """ALTER EXTENSION ... UPDATE, or a user's LOCK TABLE, holds the origin table: the check
+    answers within its 1 s wait and says which row it skipped."""
+    holder = cluster.connect(db, autocommit=False)
+    holder.execute("LOCK TABLE _pg_shard_id.origin IN ACCESS EXCLUSIVE MODE")
+    with cluster.connect(db, options="-c statement_timeout=20s") as conn:
+        rows = dict((c, (st, d)) for c, st, d in conn.execute("SELECT * FROM shard_id_check()").fetchall())
+    holder.rollback()
+    holder.close()
+    assert rows["epoch"][0] == "skipped" and "held a lock" in rows["epoch"][1]
+    assert rows["preload"][0] == "ok" and rows["data_floor"][0] == "ok"
+
+
 def test_another_sessions_temporary_table_is_cannot_tell(cluster, db):
     with cluster.connect(db) as conn:
         conn.execute("CREATE SEQUENCE s")

@@ -242,12 +242,7 @@ check "no extension: the exporter still runs and answers" \
 if [ -n "$CHART" ]; then
     say "drawing $CHART"
     VENV="$PG_WHEEL_CACHE/monitoring-venv"
-    if ! [ -x "$VENV/bin/python" ] || ! cmp -s "$REPO/monitoring/requirements.txt" "$VENV/requirements.txt"; then
-        rm -rf "$VENV"
-        python3 -m venv "$VENV"
-        "$VENV/bin/pip" install --quiet --disable-pip-version-check -r "$REPO/monitoring/requirements.txt"
-        cp "$REPO/monitoring/requirements.txt" "$VENV/requirements.txt"
-    fi
+    ensure_venv "$VENV" "$REPO/monitoring/requirements.txt"
     "$VENV/bin/python" "$REPO/monitoring/chart.py" --url "http://127.0.0.1:$PROM_PORT" \
         --start "$((burst_start - 5))" --end "$burst_end" --match "{$SEL}" --out "$CHART"
     check "the chart is a PNG" "$(head -c 4 "$CHART" | tail -c 3)" PNG
