@@ -1,5 +1,5 @@
 //! Fresh guards that wait for their data floor: the newest id stored for their sequence, which the
-//! extension reads from the sequence's DEFAULT columns (`src/data_floor.rs`) before the first id.
+//! extension reads from the sequence's DEFAULT columns (`src/data_floor/`) before the first id.
 
 use super::{SlotKey, SlotTable};
 use crate::guard::{FloorRequest, GuardState};
