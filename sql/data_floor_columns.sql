@@ -92,7 +92,9 @@ tree AS (  -- every partition and inheritance child below each table, found thro
     SELECT t.root, i.inhrelid, t.attname, t.expr, t.deparsed, t.seq
       FROM tree t JOIN pg_inherits i ON i.inhparent = t.relid
 )
-SELECT l.relid, l.seq,
+-- DISTINCT: a partition made with PARTITION OF is reached twice, through its parent and through
+-- its own copy of the DEFAULT; it is read once
+SELECT DISTINCT l.relid, l.seq,
        format('%s.%I', l.relid::regclass, a.attname) AS name,
        CASE
            -- a cast, a wrapper, shard_id_mask(...), a function of the user's own: the stored
@@ -137,4 +139,4 @@ SELECT l.relid, l.seq,
        LIMIT 1) i ON true
  WHERE coalesce(l.seq, $1) IS NULL
     OR has_sequence_privilege(root.relowner, coalesce(l.seq, $1), 'USAGE, UPDATE') IS NOT FALSE
- ORDER BY name, l.seq
+ ORDER BY name, seq

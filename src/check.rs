@@ -200,8 +200,6 @@ fn data_floor_finding(
     let database = unsafe { pg_sys::MyDatabaseId }.to_u32();
     // a column listed with two sequences (a DEFAULT naming both, or a child with a DEFAULT of
     // its own under a parent's): its newest id may be the other sequence's
-    // (a partition is listed once through its parent and once through its own copy of the
-    // DEFAULT: one sequence still)
     let mut sequences_of: std::collections::HashMap<&str, std::collections::HashSet<_>> =
         Default::default();
     for (column, _) in columns {
@@ -214,7 +212,7 @@ fn data_floor_finding(
         // a stored id of the column's own shard above where its sequence's guard issues: rows
         // came in after its first id (loaded into a live table, or a table that was locked then),
         // and new ids may repeat them (another shard's rows, a replica's writes, cannot)
-        let shard = column.shard.or(node.filter(|_| column.node_form));
+        let shard = column.shard_number(node);
         let stored = newest
             .as_ref()
             .ok()
@@ -354,7 +352,7 @@ fn shard_defaults(columns: &[Read], node: Option<i64>) -> Vec<ShardDefault> {
                 sequence: column
                     .sequence
                     .map_or_else(|| "a sequence named by text".to_string(), relation_name),
-                shard: column.shard.or(node.filter(|_| column.node_form))?,
+                shard: column.shard_number(node)?,
             })
         })
         .collect()

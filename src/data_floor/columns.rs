@@ -70,6 +70,14 @@ pub struct Column {
     pub node_form: bool,
 }
 
+impl Column {
+    /// The shard number its DEFAULT issues on this server, whose node number (for the node form)
+    /// is `node`; `None` when it cannot be told.
+    pub fn shard_number(&self, node: Option<i64>) -> Option<i64> {
+        self.shard.or(node.filter(|_| self.node_form))
+    }
+}
+
 const COLUMNS_SQL: &str = include_str!("../../sql/data_floor_columns.sql");
 
 /// The columns (leaf partitions expanded) whose default calls `next_shard_id` with `sequence`
