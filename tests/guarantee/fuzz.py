@@ -7,14 +7,15 @@ ahead, as a server with a fast clock or a borrow lead would) and a destination:
 * schema shapes: both next_shard_id forms' DEFAULT written as the call, through a domain (one or two
   deep), cast to numeric or text, wrapped in coalesce(), naming the sequence by text, inside the
   user's own SQL or PL/pgSQL function; index kinds (btree ascending, descending, composite either
-  order, hash, BRIN, partial, none); partitioned tables (the partitions' column order differing,
-  with and without an index), inheritance; tables of another role, with and without USAGE on the
+  order, hash, BRIN, partial, none, the invalid index a failed CREATE INDEX CONCURRENTLY leaves);
+  partitioned tables (the partitions' column order differing, with and without an index), inheritance; tables of another role, with and without USAGE on the
   sequence; another session's temporary table; several tables and schemas per sequence;
 * copy paths: COPY from the source, pg_dump --data-only, pg_dump of a whole schema, logical
-  replication FOR TABLE or FOR ALL TABLES and a switchover;
+  replication FOR TABLE or FOR ALL TABLES and a switchover, a physical standby (pg_basebackup,
+  streaming) promoted;
 * events before the destination's first id: none, a clean restart, a crash (immediate stop), a
   live guard and shard_id_resync(), a transaction holding a lock on one table, the destination's
-  clock behind; then inserts through every DEFAULT from several sessions, in bursts over 1,024
+  real clock stepped back by 30 s or up to 15 minutes (libfaketime on its postmaster); then inserts through every DEFAULT from several sessions, in bursts over 1,024
   ids per millisecond under borrow.
 
 After each scenario it checks: no id repeated among all the rows of a sequence (copied and new,
@@ -59,11 +60,12 @@ SHAPES = {
     "own_sql": "jump", "own_plpgsql": "jump",
     "partitioned": "read", "partitioned_noidx": "jump", "inherit": "read",
     "role_usage": "read", "role_nousage": "outside", "temp_other": "jump",
+    "invalid_index": "jump",
 }
 # the plain table's shapes that differ only in their index
 INDEXES = {"desc": "(id DESC)", "composite_first": "(id, n)", "composite_second": "(n, id)",
            "hash": "USING hash (id)", "brin": "USING brin (id)", "partial": "(id) WHERE n > 0"}
-PATHS = ["copy", "dump_data", "dump_schema", "dump_full", "logical_tables", "logical_all"]
+PATHS = ["copy", "dump_data", "dump_schema", "dump_full", "logical_tables", "logical_all", "standby"]
 EVENTS = ["none", "restart", "crash", "resync", "lock", "clock_behind", "held_first_id", "churn_lead",
           "late_default"]
 
@@ -97,6 +99,7 @@ class Scenario:
     rows: int
     lock_table: str = ""
     isolation: str = "READ COMMITTED"
+    clock_step_s: int = 0  # event clock_behind: the destination's real clock goes back this much
     # tables of a column that cannot tell holding copied ids beyond the 10-minute jump: new ids
     # may meet them (README, guarantee 9), so a unique violation there is the documented limit
     beyond_jump: set = field(default_factory=set)
@@ -116,7 +119,7 @@ def make_table(rng, i, shape):
         ddl.append(f"CREATE TABLE {name} (id bigint {default}, n int, UNIQUE (id))")
     elif shape in INDEXES:
         ddl += [f"CREATE TABLE {name} (id bigint {default}, n int)", f"CREATE INDEX ON {name} {INDEXES[shape]}"]
-    elif shape == "noindex":
+    elif shape in ("noindex", "invalid_index"):  # (the invalid index: made on the destination)
         ddl.append(f"CREATE TABLE {name} (id bigint {default}, n int)")
     elif shape in ("domain", "domain2"):
         ddl.append(f"CREATE DOMAIN d{i} AS bigint DEFAULT {call}")
@@ -184,15 +187,19 @@ def make_scenario(seed):
         shapes.append(rng.choice([s for s, p in SHAPES.items() if p != "outside"]))
     tables = [make_table(rng, i, s) for i, s in enumerate(shapes)]
     path = rng.choice(PATHS)
-    if any(t.shape == "temp_other" for t in tables) and path.startswith("logical"):
+    if any(t.shape == "temp_other" for t in tables) and (path.startswith("logical") or path == "standby"):
         path = "copy"
     event = rng.choice(EVENTS)
     lock_candidates = [t.name for t in tables if t.shape != "temp_other"]
     # a lead under the jump half the time, so that "jump" columns are held to the promise too
     lead = rng.randint(20_000, 9 * MINUTE) if rng.random() < 0.5 else rng.randint(20_000, 60 * MINUTE)
-    return Scenario(seed, tables, path, event, lead, rng.random() < 0.3, rng.random() < 0.3,
-                    rng.randint(5, 60), rng.choice(lock_candidates) if lock_candidates else "",
-                    rng.choice(ISOLATIONS))
+    sc = Scenario(seed, tables, path, event, lead, rng.random() < 0.3, rng.random() < 0.3,
+                  rng.randint(5, 60), rng.choice(lock_candidates) if lock_candidates else "",
+                  rng.choice(ISOLATIONS))
+    # (a draw of its own, so that the draws above stay what they were for every seed)
+    clock = random.Random(f"{seed}/clock")
+    sc.clock_step_s = clock.choice([30, clock.randint(1, 15 * 60)])
+    return sc
 
 
 class Failure(Exception):
@@ -219,7 +226,7 @@ class Fuzzer:
         seed's data floor does."""
         if self.dst is not None:
             self.dst.destroy()
-        self.dst = Cluster("fuzz_dst", self.conf + [f"pg_shard_id.max_sequences = {slots}"])
+        self.dst = Cluster("fuzz_dst", self.conf + [f"pg_shard_id.max_sequences = {slots}"], fake_clock=True)
         self.dst_slots = slots
         self.dst.sql(CREATE_ROLE)
 
@@ -242,6 +249,7 @@ class Fuzzer:
         try:
             return self._run(sc, db, side)
         finally:
+            self.dst.set_clock(0)
             for conn in side:
                 try:
                     conn.close()
@@ -313,13 +321,18 @@ class Fuzzer:
         sc.beyond_jump = {t.name for t in sc.tables if (
             t.promise == "jump" or (sc.event == "lock" and t.name == sc.lock_table)) and any(
             (i >> 23) + epoch > clock0 + JUMP_MS - 2_000 for i in copied[t.name])}
-        offset = -30_000 if sc.event == "clock_behind" else 0
+        offset = 0
+        if sc.event == "clock_behind":
+            # the destination's real clock steps back (libfaketime, every process at once)
+            offset = -1000 * sc.clock_step_s
+            self.dst.set_clock(-sc.clock_step_s)
+            sc.log.append(f"-- the clock steps back by {sc.clock_step_s} s")
         locked = sc.lock_table if sc.event == "lock" else ""
-        self.insert_new(sc, db, offset, [t for t in sc.tables if t.name != locked])
+        self.insert_new(sc, db, [t for t in sc.tables if t.name != locked])
         for conn in side:  # the lock, if any, is released after the first ids
             if not conn.autocommit:
                 conn.rollback()
-        self.insert_new(sc, db, offset, [t for t in sc.tables if t.name == locked])
+        self.insert_new(sc, db, [t for t in sc.tables if t.name == locked])
         return self.judge(sc, db, copied, clock0 + offset, clock0, cannot_tell)
 
     def ids(self, conn, t):
@@ -352,6 +365,8 @@ class Fuzzer:
                       + self.not_temp(temp) + self.src_args(db), db,
                       extra=["--set", "ON_ERROR_STOP=0"])
             sc.log[:0] = [stmt + ";" for t in sc.tables if t.shape != "temp_other" for stmt in t.ddl]
+        elif sc.path == "standby":
+            self.promote_standby(sc)
         else:
             pub = "FOR ALL TABLES" if sc.path == "logical_all" else "FOR TABLE " + ", ".join(names)
             src.execute(f"CREATE PUBLICATION fz_pub {pub}")
@@ -367,11 +382,16 @@ class Fuzzer:
             dst.execute("ALTER SUBSCRIPTION fz_sub SET (slot_name = NONE)")
             dst.execute("DROP SUBSCRIPTION fz_sub")
             src.execute("SELECT pg_drop_replication_slot('fz_sub')")
-        for t in sc.tables:  # every row arrived (else the scenario tests nothing)
-            if t.shape != "temp_other":
-                want, got = (c.execute(f"SELECT count(*) FROM {t.name}").fetchone()[0] for c in (src, dst))
-                if want != got:
-                    raise RuntimeError(f"the copy ({sc.path}) brought {got} of {want} rows of {t.name}")
+        with self.dst.connect(db) as now_dst:  # (the standby path replaced the destination)
+            for t in sc.tables:  # every row arrived (else the scenario tests nothing)
+                if t.shape != "temp_other":
+                    want, got = (c.execute(f"SELECT count(*) FROM {t.name}").fetchone()[0]
+                                 for c in (src, now_dst))
+                    if want != got:
+                        raise RuntimeError(f"the copy ({sc.path}) brought {got} of {want} rows of {t.name}")
+        for t in sc.tables:
+            if t.shape == "invalid_index":
+                self.failed_index(sc, db, t)
         for t in temp:  # another session's staging table on the destination, kept open
             conn = self.dst.connect(db)
             conn.execute("SET client_min_messages = warning")
@@ -381,6 +401,44 @@ class Fuzzer:
             conn.execute(f"INSERT INTO {t.name.split('.')[1]} (id, n) SELECT unnest(%s::bigint[]), 1",
                          (rows,))
             side.append(conn)
+
+    def promote_standby(self, sc):
+        """The destination becomes a physical standby of the source (pg_basebackup, streaming),
+        caught up, then promoted: a failover to a replica whose clock is the real one, behind
+        the source's ids (and a fresh destination for the next seed)."""
+        self.dst.destroy()
+        self.dst = Cluster("fuzz_dst", [f"pg_shard_id.max_sequences = {self.dst_slots}"],
+                           fake_clock=True, standby_of=self.src)
+        self.dst_slots = None
+        lsn = self.src.one("SELECT pg_current_wal_lsn()::text")
+        if not wait_for(lambda: self.dst.one("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
+                                             params=(lsn,)), 60, 0.1):
+            raise RuntimeError("the standby did not replay the source's WAL within 60 s")
+        self.dst.promote()
+        sc.log[:0] = [stmt + ";" for t in sc.tables for stmt in t.ddl]
+
+    def failed_index(self, sc, db, t):
+        """An invalid index on t.id, as a CREATE INDEX CONCURRENTLY that failed leaves it: it
+        waits for a session holding ROW EXCLUSIVE on the table, and statement_timeout cancels
+        it. The data floor must not read it (it holds no entries)."""
+        holder = self.dst.connect(db, autocommit=False)
+        try:
+            holder.execute(f"LOCK TABLE {t.name} IN ROW EXCLUSIVE MODE")
+            with self.dst.connect(db, options="-c statement_timeout=300") as conn:
+                try:
+                    conn.execute(f"CREATE INDEX CONCURRENTLY {t.name.split('.')[1]}_invalid ON {t.name} (id)")
+                    raise RuntimeError("CREATE INDEX CONCURRENTLY did not wait for the lock holder")
+                except psycopg.errors.QueryCanceled:
+                    pass
+        finally:
+            holder.rollback()
+            holder.close()
+        valid = self.dst.one("SELECT indisvalid FROM pg_index WHERE indexrelid = %s::regclass",
+                             db, (f"{t.name}_invalid",))
+        if valid:
+            raise RuntimeError("the failed index is valid")
+        sc.log.append(f"-- a CREATE INDEX CONCURRENTLY ON {t.name} (id) cancelled while another session "
+                      "holds ROW EXCLUSIVE on it (an invalid index)")
 
     @staticmethod
     def not_temp(temp):
@@ -457,15 +515,13 @@ class Fuzzer:
             with self.dst.connect(db, options="-c lock_timeout=5s") as first:
                 first.execute("SELECT next_shard_id('s', 0)")
 
-    def insert_new(self, sc, db, offset, tables):
+    def insert_new(self, sc, db, tables):
         errors = []
 
         def work(t):
             try:
                 with self.dst.connect(db, autocommit=False, options="-c lock_timeout=5s") as conn:
                     conn.execute(f"SET TRANSACTION ISOLATION LEVEL {sc.isolation}")
-                    if offset:
-                        conn.execute(f"SET pg_shard_id.test_clock_offset_ms = {offset}")
                     n = 3000 if sc.burst else sc.rows
                     conn.execute(f"INSERT INTO {t.name} (n) SELECT 1 FROM generate_series(1, {n})")
                     conn.commit()

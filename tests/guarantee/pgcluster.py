@@ -27,12 +27,21 @@ def free_port():
         return s.getsockname()[1]
 
 
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # Debian's faketime
+
+
 class Cluster:
-    def __init__(self, name, conf=(), preload=True):
+    """A cluster made by initdb, or (standby_of) a physical standby of another one by
+    pg_basebackup. With fake_clock, its postmaster and every backend run under libfaketime: the
+    real clock plus the offset set_clock writes (re-read at every reading; monotonic clocks are
+    left alone)."""
+
+    def __init__(self, name, conf=(), preload=True, fake_clock=False, standby_of=None):
         self.dir = os.path.join(RUN_DIR, name)
         self.data = os.path.join(self.dir, "data")
         self.log = os.path.join(self.dir, "server.log")
         self.port = free_port()
+        self.env = []
         if os.path.exists(os.path.join(self.data, "postmaster.pid")):
             self._pg_ctl("stop", "-m", "immediate", check=False)
         shutil.rmtree(self.dir, ignore_errors=True)
@@ -40,15 +49,38 @@ class Cluster:
         os.chmod(RUN_DIR, 0o755)
         if os.getuid() == 0:
             shutil.chown(self.dir, "postgres", "postgres")
-        as_postgres([f"{PG_BIN}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
-                     "--encoding=UTF8", "--locale=C.UTF-8"])
-        lines = [f"port = {self.port}", "listen_addresses = '127.0.0.1'",
-                 f"unix_socket_directories = '{self.dir}'", "max_connections = 60", "fsync = off"]
-        if preload:
-            lines.append("shared_preload_libraries = 'pg_shard_id'")
+        if fake_clock:
+            self.clock_file = os.path.join(self.dir, "faketime")
+            self.set_clock(0)
+            # (sudo drops LD_PRELOAD: it is passed through env)
+            self.env = ["env", f"LD_PRELOAD={LIBFAKETIME}", f"FAKETIME_TIMESTAMP_FILE={self.clock_file}",
+                        "FAKETIME_NO_CACHE=1", "DONT_FAKE_MONOTONIC=1"]
+        lines = [f"port = {self.port}", f"unix_socket_directories = '{self.dir}'"]
+        if standby_of is None:
+            as_postgres([f"{PG_BIN}/initdb", "-D", self.data, "-U", "postgres", "--auth=trust",
+                         "--encoding=UTF8", "--locale=C.UTF-8"])
+            lines += ["listen_addresses = '127.0.0.1'", "max_connections = 60", "fsync = off"]
+            if preload:
+                lines.append("shared_preload_libraries = 'pg_shard_id'")
+        else:
+            # the source's configuration (a later line wins), streaming from it (-R)
+            as_postgres([f"{PG_BIN}/pg_basebackup", "-h", standby_of.dir, "-p", str(standby_of.port),
+                         "-U", "postgres", "-D", self.data, "-R", "-X", "stream", "-c", "fast"])
         lines += list(conf)
         self.append_conf(lines)
         self.start()
+
+    def set_clock(self, offset_s):
+        """This cluster's clock: the real one plus offset_s seconds (fake_clock clusters only)."""
+        tmp = self.clock_file + ".tmp"
+        with open(tmp, "w") as f:
+            f.write(f"{int(offset_s):+d}\n")
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, self.clock_file)
+
+    def promote(self):
+        """A standby becomes a primary (pg_ctl promote, waiting until it is)."""
+        self._pg_ctl("promote")
 
     def append_conf(self, lines):
         text = "".join(line + "\n" for line in lines)
@@ -56,7 +88,7 @@ class Cluster:
 
     def _pg_ctl(self, *args, check=True):
         try:
-            return as_postgres([f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60",
+            return as_postgres([*self.env, f"{PG_BIN}/pg_ctl", "-D", self.data, "-l", self.log, "-w", "-t", "60",
                                 *args])
         except subprocess.CalledProcessError:
             if check:
