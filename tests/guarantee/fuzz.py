@@ -100,6 +100,9 @@ class Scenario:
     lock_table: str = ""
     isolation: str = "READ COMMITTED"
     clock_step_s: int = 0  # event clock_behind: the destination's real clock goes back this much
+    # path standby: the source's lease (every earlier seed's ids moved it ahead), under which a
+    # promoted standby's new ids may rightly start
+    lease_ms: int = 0
     # tables of a column that cannot tell holding copied ids beyond the 10-minute jump: new ids
     # may meet them (README, guarantee 9), so a unique violation there is the documented limit
     beyond_jump: set = field(default_factory=set)
@@ -366,7 +369,7 @@ class Fuzzer:
                       extra=["--set", "ON_ERROR_STOP=0"])
             sc.log[:0] = [stmt + ";" for t in sc.tables if t.shape != "temp_other" for stmt in t.ddl]
         elif sc.path == "standby":
-            self.promote_standby(sc)
+            self.promote_standby(sc, db)
         else:
             pub = "FOR ALL TABLES" if sc.path == "logical_all" else "FOR TABLE " + ", ".join(names)
             src.execute(f"CREATE PUBLICATION fz_pub {pub}")
@@ -402,7 +405,7 @@ class Fuzzer:
                          (rows,))
             side.append(conn)
 
-    def promote_standby(self, sc):
+    def promote_standby(self, sc, db):
         """The destination becomes a physical standby of the source (pg_basebackup, streaming),
         caught up, then promoted: a failover to a replica whose clock is the real one, behind
         the source's ids (and a fresh destination for the next seed)."""
@@ -414,6 +417,8 @@ class Fuzzer:
         if not wait_for(lambda: self.dst.one("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn",
                                              params=(lsn,)), 60, 0.1):
             raise RuntimeError("the standby did not replay the source's WAL within 60 s")
+        sc.lease_ms = self.src.one("SELECT coalesce((extract(epoch FROM lease_until) * 1000)::bigint, 0) "
+                                   "FROM pg_shard_id_info()", db)
         self.dst.promote()
         sc.log[:0] = [stmt + ";" for t in sc.tables for stmt in t.ddl]
 
@@ -608,7 +613,7 @@ class Fuzzer:
             # and no further above them than the data says: the newest copied id the floor
             # reads, the 10-minute jump where a column cannot tell, else the clock (a role's
             # planted row, an implausible row, another sequence's lead: none may move it)
-            expected = max([real_clock0] + [ms(i) + 1 for i, t in covered if t.promise == "read"]
+            expected = max([real_clock0, sc.lease_ms] + [ms(i) + 1 for i, t in covered if t.promise == "read"]
                            + ([real_clock0 + JUMP_MS + 1_001] if cannot_tell else []))
             if new_ids:
                 first = min(ms(n) for n, _ in new_ids)
