@@ -15,12 +15,16 @@
 #      (15 and 18) tests/guarantee: the data floor and the origin record attacked in real
 #      clusters (pytest scenarios: every isolation level with 2 and 8 sessions, locks, another
 #      session's temporary table, two writers with one node number), then the seeded lifecycle
-#      fuzzer over schema shapes, copy paths and events (tests/guarantee/fuzz.py, 20 fixed seeds)
+#      fuzzer over schema shapes, copy paths and events (tests/guarantee/fuzz.py, 20 fixed seeds);
+#      tests/mask: masking's threat model (a key rotation seen by every process of a parallel
+#      query at once, a key file of another OS user, a restored copy and a promoted standby's
+#      view of a key id given another key)
 #   7. the upgrade test (tests/upgrade): every released version, with tables that use every
 #      function, updated in place by ALTER EXTENSION ... UPDATE, equal to a fresh install; and
 #      (18, when 17 is tested too) pg_upgrade 17 -> 18 after a lead (tests/upgrade/pg_upgrade.sh)
-#   8. the client tests (tests/clients): node-postgres, psycopg 3, SQLAlchemy 2 + Alembic, Django
-#      (pinned from npm and PyPI), as the README's JavaScript/JSON and ORM recipes say
+#   8. the client tests (tests/clients): node-postgres, Prisma 7, TypeORM, Drizzle, Knex, Sequelize,
+#      Kysely, psycopg 3, SQLAlchemy 2 + Alembic, Django, sqlx, Diesel, JDBC and Hibernate 3.6
+#      (pinned from npm, PyPI and crates.io; Debian's jars), as the README's ORM table says
 #      (15 and 17) the Citus suite (tests/citus): one DEFAULT next_shard_id(seq) on a coordinator
 #      and 3 workers, ids through every path where Citus evaluates it, none repeated;
 #      shard_id_check() on the coordinator, healthy and with each Citus check made to fail
@@ -121,6 +125,8 @@ for version in $PG_VERSIONS; do
     stage "PostgreSQL $PG_MAJOR: cluster tests" bash tests/cluster/run.sh
     every_stage && stage "PostgreSQL $PG_MAJOR: the guarantee under attack (scenarios, seeded lifecycle fuzzer)" \
         bash tests/guarantee/run.sh
+    every_stage && stage "PostgreSQL $PG_MAJOR: masking's threat model (a rotation across parallel workers, key files, copies)" \
+        bash tests/mask/run.sh
     stage "PostgreSQL $PG_MAJOR: upgrade from every released version" bash tests/upgrade/run.sh
     if [ "$PG_MAJOR" = 18 ] && [[ " $test_build_in " == *" 17 "* ]]; then
         stage "PostgreSQL 17 -> 18: pg_upgrade after a lead, the epoch missing" bash tests/upgrade/pg_upgrade.sh 17 18
@@ -129,7 +135,7 @@ for version in $PG_VERSIONS; do
         stage "PostgreSQL $PG_MAJOR: Citus, a coordinator and 3 workers" bash tests/citus/run.sh
     fi
     every_stage || continue
-    stage "PostgreSQL $PG_MAJOR: client drivers and ORMs (node-postgres, psycopg, SQLAlchemy, Alembic, Django)" bash tests/clients/run.sh
+    stage "PostgreSQL $PG_MAJOR: client drivers and ORMs (JavaScript, Python, Rust, Java)" bash tests/clients/run.sh
     if [ "$PG_MAJOR" = "$oldest" ]; then # Debian's exporter and Prometheus, against Debian's PostgreSQL
         stage "PostgreSQL $PG_MAJOR: monitoring: prometheus-postgres-exporter and Prometheus end to end" bash tests/monitoring/run.sh
     fi

@@ -50,18 +50,20 @@ COMMENT ON FUNCTION pg_shard_id_stats() IS
 COMMENT ON FUNCTION pg_shard_id_stats_reset() IS
     'Sets the statistics in pg_shard_id_stats to zero (superusers and roles granted EXECUTE).';
 COMMENT ON FUNCTION shard_id_check() IS
-    'Checks the setup (preload, lease, epoch, clock, shard numbers, data floor, replication, publications, Citus nodes); each row that is not ok says what to fix.';
+    'Checks the setup (preload, lease, epoch, clock, shard numbers, data floor, replication, publications, mask keys, Citus nodes); each row that is not ok says what to fix.';
 COMMENT ON FUNCTION shard_id_resync(regclass) IS
     'After loading rows into a live table: the sequence''s next ids start above the newest id stored in its DEFAULT columns; returns that floor.';
 COMMENT ON FUNCTION shard_id_mask(bigint, text) IS
-    'The id masked with the current key of pg_shard_id.keys (FF1-AES-256 over the non-negative bigints) under a tweak: reveals no time, shard or order.';
+    'The id masked with the current key of pg_shard_id.keys (FF1-AES-256 over the non-negative bigints) under a tweak: reveals no time, shard or order. EXECUTE: shard_id_masker.';
 COMMENT ON FUNCTION shard_id_mask(bigint, text, integer) IS
-    'The id masked with the named key (IMMUTABLE: a key id''s key never changes), for generated columns and indexes.';
+    'The id masked with the named key (IMMUTABLE: a key id''s key never changes, checked against _pg_shard_id.mask_keys), for generated columns and indexes. EXECUTE: shard_id_masker.';
 COMMENT ON FUNCTION shard_id_unmask(bigint, text) IS
-    'The id of a value masked with the current key (EXECUTE revoked from PUBLIC).';
+    'The id of a value masked with the current key. EXECUTE: shard_id_masker.';
 COMMENT ON FUNCTION shard_id_unmask(bigint, text, integer) IS
-    'The id of a value masked with the named key (EXECUTE revoked from PUBLIC).';
+    'The id of a value masked with the named key. EXECUTE: shard_id_masker.';
 COMMENT ON FUNCTION shard_id_mask_shortcode(bigint, text) IS
-    'A URL-safe masked id: the current key''s id as one character, then the masked value''s shortcode (12 characters).';
+    'A URL-safe masked id: the current key''s id as one character, then the masked value''s shortcode (12 characters). EXECUTE: shard_id_masker.';
 COMMENT ON FUNCTION shard_id_unmask_shortcode(text, text) IS
-    'The id of a masked shortcode, with the key it names (EXECUTE revoked from PUBLIC).';
+    'The id of a masked shortcode, with the key it names. EXECUTE: shard_id_masker.';
+COMMENT ON FUNCTION shard_id_mask_keys_record() IS
+    'Records the check value of every key of pg_shard_id.keys that has none (superuser); a key id whose key then differs is refused.';

@@ -4,7 +4,7 @@
 
 use crate::data_floor::{self, CannotTell, Newest};
 use crate::errors::relation_name;
-use crate::{clock, scoped, settings, shmem};
+use crate::{clock, mask, scoped, settings, shmem};
 use pg_shard_id_core::health::{self, Finding, Floor, Node, NodeState, Replicated, ShardDefault};
 use pg_shard_id_core::layout;
 use pg_shard_id_core::slots::slot_key;
@@ -33,6 +33,9 @@ use std::sync::atomic::Ordering;
 ///   id has a shard number this server's DEFAULTs issue too;
 /// * `publication`: a publication that publishes deletes of `_pg_shard_id.origin` while it has no
 ///   replica identity (the SQL before 0.6.0);
+/// * `mask_keys`: the mask key file (`pg_shard_id.keys`) against the check values this database
+///   recorded: refused (a symbolic link, another owner, readable by others, invalid), a key id
+///   whose key differs from its record (failed), keys with no record (warning), no file (skipped);
 /// * on a Citus coordinator, asking every worker (`run_command_on_workers`): `citus_preload`,
 ///   `citus_epoch`, `citus_node_numbers` (group ids and `pg_shard_id.node` together).
 ///
@@ -70,6 +73,7 @@ fn shard_id_check() -> TableIterator<
         health::replication(enabled_subscriptions(), &replicated(&columns), &defaults),
         without_hanging("publication", publications_refusing_the_origin)
             .map_or_else(|skipped| skipped, |p| health::publication(&p)),
+        without_hanging("mask_keys", mask::check_finding).unwrap_or_else(|skipped| skipped),
     ];
     findings.extend(citus_findings());
     TableIterator::new(

@@ -1,92 +1,307 @@
 //! Masked public ids: `shard_id_mask`, `shard_id_unmask` and their shortcode forms, over
 //! `pg_shard_id_core::mask` (FF1-AES-256 from the `fpe` and `aes` crates).
 //!
-//! **Where the key lives: a file, `pg_shard_id.keys` in the data directory**, readable by the
-//! server's OS user only (a file with group or other access is refused, as PostgreSQL refuses
-//! such an SSL key). Not a setting: a setting's value lives in `postgresql.conf` or
+//! **Where the key lives: a file, `pg_shard_id.keys` in the data directory**, as PostgreSQL keeps
+//! its SSL key: opened once without following a symbolic link, then checked on that descriptor
+//! (`fstat`): a regular file, owned by the server's OS user (the data directory's owner), with
+//! no group or other access; read from the same descriptor into a buffer that is wiped when
+//! dropped, like the parsed key bytes (`zeroize`) and the expanded key schedules (`aes`'s
+//! `zeroize` feature). Not a setting: a setting's value lives in `postgresql.conf` or
 //! `postgresql.auto.conf` (`ALTER SYSTEM` writes it in plain text beside every other setting,
 //! and `pg_file_settings` shows it to superusers), a superuser could `SET` it per session, which
 //! would make the same call give different answers in two sessions, and no role's `SHOW` must
-//! ever see it. The file is read by each backend at its first mask or unmask and its keys are
-//! expanded once and kept for the backend's life (so a rotation reaches new sessions).
+//! ever see it.
+//!
+//! **A rotation reaches every process at one point: the first statement that starts after the
+//! file is replaced.** A backend keeps its expanded keys, and at the first mask or unmask of each
+//! statement opens the file and compares its identity (device, inode, size, modification and
+//! change times) with the one it read; a different file is read again. Within a statement the
+//! keys never change. The forms that use the current key are PARALLEL RESTRICTED (the leader
+//! alone computes them): a parallel worker starts later than its leader and could read a newer
+//! file, so that one query masked under two keys (0.6.0: 674,736 of 2,000,000 rows under the
+//! old key, the rest under the new one, no error).
+//!
+//! **A key id's key never changes, and the database checks it.** `shard_id_mask_keys_record()`
+//! stores each key's check value (its masked value of 0 under a reserved tweak: it identifies
+//! the key, it is not the key) in `_pg_shard_id.mask_keys`, which pg_dump, pg_upgrade and
+//! physical replication carry with the data. Every read of the file compares its keys with
+//! those records, and a key id whose key differs is refused (F0000), here and in
+//! `shard_id_check()`: a restored copy or a standby given another key file would otherwise
+//! recompute masked columns to other values, silently.
 //!
 //! **Volatility.** The forms that use the *current* key (`shard_id_mask(id, tweak)`,
 //! `shard_id_unmask(masked, tweak)`, `shard_id_mask_shortcode`) are STABLE: a rotation changes
 //! their answer. The forms that name their key (`shard_id_mask(id, tweak, key_id)`,
 //! `shard_id_unmask(masked, tweak, key_id)`, and `shard_id_unmask_shortcode`, whose code carries
-//! its key id) are IMMUTABLE, on one rule the README states: a key id's key is never changed,
-//! only added or retired. A generated column or an index needs those.
+//! its key id) are IMMUTABLE and PARALLEL SAFE: a key id's key never changes (checked above). A
+//! generated column or an index needs those.
 //!
-//! **Who may call them.** Masking is granted to everyone: it is what an application shows, and it
-//! reveals nothing of the key. Unmasking turns a public value back into the id, with its time
-//! and shard: EXECUTE is revoked from PUBLIC; grant it to the roles that resolve URLs.
+//! **Who may call them: the key holder's roles only.** An id is a millisecond, a shard and a
+//! 10-bit counter: knowing a row's time to a second and its shard leaves about 2 million
+//! candidates, which a role that may mask tries in about two seconds to find the id behind a
+//! masked value. So masking is as privileged as unmasking: EXECUTE on all six functions is
+//! revoked from PUBLIC and granted to the role `shard_id_masker` (created by the extension if
+//! missing, NOLOGIN); grant it to the roles that make or resolve public ids.
 
 use crate::errors::raise_with_hint;
 use crate::text;
-use pg_shard_id_core::mask::{Key, KeyFile, MaskError};
+use pg_shard_id_core::health::{self, Finding, KeyFileState};
+use pg_shard_id_core::mask::{Key, KeyChecks, KeyFile, MaskError};
 use pgrx::prelude::*;
-use std::sync::OnceLock;
+use std::cell::RefCell;
+use std::fs::File;
+use std::io::Read;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::rc::Rc;
+use zeroize::Zeroizing;
 
 /// The key file, in the data directory (the backend's working directory).
 pub const KEY_FILE: &str = "pg_shard_id.keys";
+/// A key file is a few lines; anything larger is not one.
+const MAX_KEY_FILE_BYTES: u64 = 64 * 1024;
 
-/// This backend's keys, read and expanded at first use. (A backend is one thread; a failed read
-/// is not kept, so creating the file helps the next call.)
-static KEYS: OnceLock<KeyFile> = OnceLock::new();
-
-fn keys() -> &'static KeyFile {
-    if let Some(keys) = KEYS.get() {
-        return keys;
-    }
-    let keys = load();
-    KEYS.get_or_init(|| keys)
+/// This backend's keys, the file they were read from and the statement that last confirmed it.
+struct Loaded {
+    keys: Rc<KeyFile>,
+    file: FileIdentity,
+    statement: pg_sys::TimestampTz,
 }
 
-const HOW_TO_MAKE_ONE: &str = "Write the file pg_shard_id.keys in the data directory, readable by \
-     the server's OS user only (chmod 600), with a line \"key 1 <64 hex digits>\" (for example from \
-     openssl rand -hex 32) and a line \"current 1\"; new sessions read it.";
+thread_local! {
+    static LOADED: RefCell<Option<Loaded>> = const { RefCell::new(None) };
+}
 
-fn load() -> KeyFile {
-    use std::os::unix::fs::PermissionsExt;
-    let metadata = std::fs::metadata(KEY_FILE).unwrap_or_else(|e| {
-        let code = if e.kind() == std::io::ErrorKind::NotFound {
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE
-        } else {
-            PgSqlErrorCode::ERRCODE_IO_ERROR
-        };
-        raise_with_hint(
+/// What tells one key file from its replacement: a rename gives a new inode, an in-place write a
+/// new size or modification time (nanoseconds), a `touch` a new change time.
+#[derive(Clone, Copy, PartialEq, Eq)]
+struct FileIdentity([i64; 7]);
+
+/// Why the key file cannot be used: the SQLSTATE, message and hint to raise.
+struct Refused {
+    code: PgSqlErrorCode,
+    message: String,
+    hint: &'static str,
+}
+
+impl Refused {
+    fn new(code: PgSqlErrorCode, message: String) -> Refused {
+        Refused {
             code,
-            format!(
-                "pg_shard_id: no mask key: cannot read \"{KEY_FILE}\" in the data directory: {e}"
-            ),
-            HOW_TO_MAKE_ONE,
-        )
-    });
-    let mode = metadata.permissions().mode();
-    if mode & 0o077 != 0 {
-        raise_with_hint(
-            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
-            format!(
-                "pg_shard_id: the mask key file \"{KEY_FILE}\" has group or other access (mode {:o})",
-                mode & 0o777
-            ),
-            "Keys must be readable by the server's OS user only: chmod 600 pg_shard_id.keys in the data directory.",
-        );
+            message,
+            hint: HOW_TO_MAKE_ONE,
+        }
     }
-    let text = std::fs::read_to_string(KEY_FILE).unwrap_or_else(|e| {
-        raise_with_hint(
-            PgSqlErrorCode::ERRCODE_IO_ERROR,
-            format!("pg_shard_id: cannot read the mask key file \"{KEY_FILE}\": {e}"),
-            HOW_TO_MAKE_ONE,
-        )
+
+    fn raise(self) -> ! {
+        raise_with_hint(self.code, self.message, self.hint)
+    }
+}
+
+/// The keys for this statement: read at its first call, again only when the file was replaced.
+fn keys() -> Rc<KeyFile> {
+    // SAFETY: reads the backend's statement start time, set by PostgreSQL for every statement
+    // (a parallel worker has its leader's).
+    let statement = unsafe { pg_sys::GetCurrentStatementStartTimestamp() };
+    let confirmed = LOADED.with_borrow(|loaded| {
+        loaded
+            .as_ref()
+            .filter(|l| l.statement == statement)
+            .map(|l| l.keys.clone())
     });
-    KeyFile::parse(&text).unwrap_or_else(|e| {
+    if let Some(keys) = confirmed {
+        return keys;
+    }
+    let (file, identity) = open_key_file().unwrap_or_else(|r| r.raise());
+    let unchanged = LOADED.with_borrow_mut(|loaded| {
+        let l = loaded.as_mut().filter(|l| l.file == identity)?;
+        l.statement = statement;
+        Some(l.keys.clone())
+    });
+    if let Some(keys) = unchanged {
+        return keys;
+    }
+    let keys = Rc::new(read_key_file(file).unwrap_or_else(|r| r.raise()));
+    refuse_changed_keys(&keys);
+    LOADED.set(Some(Loaded {
+        keys: keys.clone(),
+        file: identity,
+        statement,
+    }));
+    keys
+}
+
+const HOW_TO_MAKE_ONE: &str = "Write the file pg_shard_id.keys in the data directory, owned by \
+     the server's OS user and readable by it only (chmod 600), with a line \"key 1 <64 hex \
+     digits>\" (for example from openssl rand -hex 32) and a line \"current 1\"; replace it by \
+     renaming a new file over it. Then, as a superuser: SELECT * FROM shard_id_mask_keys_record();";
+
+/// Opens the key file without following a symbolic link (or waiting on a FIFO) and checks what
+/// it is on the open descriptor, so that nothing can be swapped in between.
+fn open_key_file() -> Result<(File, FileIdentity), Refused> {
+    use PgSqlErrorCode::*;
+    let refused = |message: String| Refused::new(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, message);
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(KEY_FILE)
+        .map_err(|e| match (e.kind(), e.raw_os_error()) {
+            (std::io::ErrorKind::NotFound, _) => refused(format!(
+                "pg_shard_id: no mask key: cannot read \"{KEY_FILE}\" in the data directory: {e}"
+            )),
+            (_, Some(libc::ELOOP)) => refused(format!(
+                "pg_shard_id: the mask key file \"{KEY_FILE}\" is a symbolic link, which is not followed"
+            )),
+            _ => Refused::new(
+                ERRCODE_IO_ERROR,
+                format!("pg_shard_id: cannot open the mask key file \"{KEY_FILE}\": {e}"),
+            ),
+        })?;
+    let io = |e: std::io::Error| {
+        Refused::new(
+            ERRCODE_IO_ERROR,
+            format!("pg_shard_id: cannot read the mask key file \"{KEY_FILE}\": {e}"),
+        )
+    };
+    let meta = file.metadata().map_err(io)?;
+    // the server's OS user owns the data directory (PostgreSQL refuses to start otherwise)
+    let server_uid = std::fs::metadata(".").map_err(io)?.uid();
+    if !meta.file_type().is_file() {
+        return Err(refused(format!(
+            "pg_shard_id: the mask key file \"{KEY_FILE}\" is not a regular file"
+        )));
+    }
+    if meta.uid() != server_uid {
+        return Err(refused(format!(
+            "pg_shard_id: the mask key file \"{KEY_FILE}\" is owned by the OS user {}, not by the \
+             server's ({server_uid})",
+            meta.uid()
+        )));
+    }
+    if meta.mode() & 0o077 != 0 {
+        return Err(Refused {
+            hint: "Keys must be readable by the server's OS user only: chmod 600 pg_shard_id.keys \
+                   in the data directory.",
+            ..refused(format!(
+                "pg_shard_id: the mask key file \"{KEY_FILE}\" has group or other access (mode {:o})",
+                meta.mode() & 0o777
+            ))
+        });
+    }
+    if meta.len() > MAX_KEY_FILE_BYTES {
+        return Err(refused(format!(
+            "pg_shard_id: the mask key file \"{KEY_FILE}\" has {} bytes; a key file is a few lines",
+            meta.len()
+        )));
+    }
+    let identity = FileIdentity([
+        meta.dev() as i64,
+        meta.ino() as i64,
+        meta.size() as i64,
+        meta.mtime(),
+        meta.mtime_nsec(),
+        meta.ctime(),
+        meta.ctime_nsec(),
+    ]);
+    Ok((file, identity))
+}
+
+/// Reads and parses the open key file; the text is wiped when this returns.
+fn read_key_file(mut file: File) -> Result<KeyFile, Refused> {
+    use PgSqlErrorCode::*;
+    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
+    // room for one byte more than fstat said, so that the buffer never grows (a reallocation
+    // would leave a copy of the text behind) and a file that grew meanwhile shows
+    let mut text = Zeroizing::new(Vec::with_capacity(len as usize + 1));
+    (&mut file)
+        .take(len + 1)
+        .read_to_end(&mut text)
+        .map_err(|e| {
+            Refused::new(
+                ERRCODE_IO_ERROR,
+                format!("pg_shard_id: cannot read the mask key file \"{KEY_FILE}\": {e}"),
+            )
+        })?;
+    if text.len() as u64 != len {
+        return Err(Refused::new(
+            ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!(
+                "pg_shard_id: the mask key file \"{KEY_FILE}\" changed while it was read: replace it \
+                 by renaming a new file over it"
+            ),
+        ));
+    }
+    let invalid = |why: String| {
+        Refused::new(
+            ERRCODE_CONFIG_FILE_ERROR,
+            format!("pg_shard_id: the mask key file \"{KEY_FILE}\" is invalid: {why}"),
+        )
+    };
+    let text = std::str::from_utf8(&text).map_err(|e| invalid(e.to_string()))?;
+    KeyFile::parse(text).map_err(|e| invalid(e.to_string()))
+}
+
+/// The check values this database recorded (none before the 0.7.0 SQL). Read-only SPI (no
+/// command counter, no transaction id), so that it runs in a parallel worker and on a standby.
+fn recorded_checks() -> Vec<(u8, i64)> {
+    Spi::connect(|client| {
+        let fail = |e: pgrx::spi::Error| -> ! { error!("pg_shard_id: {e}") };
+        let exists = client
+            .select(
+                "SELECT pg_catalog.to_regclass('_pg_shard_id.mask_keys') IS NOT NULL",
+                None,
+                &[],
+            )
+            .and_then(|rows| rows.first().get_one::<bool>())
+            .unwrap_or_else(|e| fail(e));
+        if exists != Some(true) {
+            return Vec::new();
+        }
+        client
+            .select(
+                "SELECT key_id::integer, check_value FROM _pg_shard_id.mask_keys",
+                None,
+                &[],
+            )
+            .unwrap_or_else(|e| fail(e))
+            .filter_map(|row| {
+                let id = row.get::<i32>(1).ok().flatten()?;
+                Some((u8::try_from(id).ok()?, row.get::<i64>(2).ok().flatten()?))
+            })
+            .collect()
+    })
+}
+
+/// Refuses a key file whose key for some id is not the one this database recorded for it.
+fn refuse_changed_keys(keys: &KeyFile) {
+    let checks = KeyChecks::of(keys, &recorded_checks());
+    if let Some(id) = checks.mismatched.first() {
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_CONFIG_FILE_ERROR,
-            format!("pg_shard_id: the mask key file \"{KEY_FILE}\" is invalid: {e}"),
-            HOW_TO_MAKE_ONE,
-        )
-    })
+            format!(
+                "pg_shard_id: the mask key {id} of \"{KEY_FILE}\" is not the key this database \
+                 recorded for the id {id} (its check value differs)"
+            ),
+            "A key id's key never changes: values masked with it, in generated columns and \
+             indexes, would change. Put back the key file this database's values were made with; \
+             a new key takes a new id.",
+        );
+    }
+}
+
+/// `shard_id_check()`'s `mask_keys` row: the key file against this database's records, read
+/// without raising (and without keeping what it read).
+pub fn check_finding() -> Finding {
+    let recorded = recorded_checks();
+    let state = match open_key_file().and_then(|(file, _)| read_key_file(file)) {
+        Ok(keys) => KeyFileState::Read {
+            current: keys.current().id,
+            keys: keys.keys().count(),
+            checks: KeyChecks::of(&keys, &recorded),
+        },
+        Err(r) if r.message.contains("no mask key") => KeyFileState::Missing,
+        Err(r) => KeyFileState::Refused(r.message),
+    };
+    health::mask_keys(&state, recorded.len())
 }
 
 /// Raises a masking error with its SQLSTATE.
@@ -111,9 +326,10 @@ fn raise(error: MaskError) -> ! {
     raise_with_hint(code, format!("pg_shard_id: {error}"), hint)
 }
 
-fn key(key_id: i32) -> &'static Key {
+/// Runs `f` with the key `key_id` of this statement's keys.
+fn with_key<R>(key_id: i32, f: impl FnOnce(&Key) -> R) -> R {
     let keys = keys();
-    u8::try_from(key_id)
+    let key = u8::try_from(key_id)
         .ok()
         .and_then(|id| keys.key(id).ok())
         .unwrap_or_else(|| {
@@ -123,21 +339,25 @@ fn key(key_id: i32) -> &'static Key {
                 "The key ids are the \"key <id> ...\" lines of pg_shard_id.keys; a retired key cannot unmask.",
             )
         })
+    ;
+    f(key)
 }
 
 /// The masked value of `id` under `tweak`, with the current key: a non-negative bigint that says
-/// nothing of the id's time, shard or order.
+/// nothing of the id's time, shard or order. EXECUTE: `shard_id_masker` (revoked from PUBLIC).
 ///
 /// ```sql
-/// shard_id_mask(id bigint, tweak text DEFAULT '') RETURNS bigint  STABLE STRICT PARALLEL SAFE
+/// shard_id_mask(id bigint, tweak text DEFAULT '') RETURNS bigint  STABLE STRICT PARALLEL RESTRICTED
 /// SELECT shard_id_mask(11637205501278089, 'photos');
 /// ```
 ///
-/// Errors: 22003 for a negative id; 55000 without a key file (or one others can read); F0000 for
-/// an invalid one; 58030 when it cannot be read.
+/// Errors: 42501 without EXECUTE; 22003 for a negative id; 55000 without a key file, or one
+/// that is a symbolic link, not the server user's, or readable by others; F0000 for an invalid
+/// one, or one whose key for some id is not the key this database recorded for it; 58030 when
+/// it cannot be read.
 #[pg_extern(sql = r#"
 CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text DEFAULT '') RETURNS bigint
-    STABLE STRICT PARALLEL SAFE
+    STABLE STRICT PARALLEL RESTRICTED
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_mask_wrapper';
 "#)]
 fn shard_id_mask(id: i64, tweak: &[u8]) -> i64 {
@@ -149,7 +369,8 @@ fn shard_id_mask(id: i64, tweak: &[u8]) -> i64 {
 }
 
 /// The masked value of `id` under `tweak` with the key `key_id`: IMMUTABLE (a key id's key never
-/// changes), for generated columns and indexes.
+/// changes: checked against the database's record), for generated columns and indexes.
+/// EXECUTE: `shard_id_masker`.
 ///
 /// ```sql
 /// shard_id_mask(id bigint, tweak text, key_id integer) RETURNS bigint  IMMUTABLE STRICT PARALLEL SAFE
@@ -165,25 +386,22 @@ CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text, "key_id" integer) RETUR
 "#)]
 fn shard_id_mask_with_key(id: i64, tweak: &[u8], key_id: i32) -> i64 {
     let tweak = text::utf8(tweak);
-    key(key_id)
-        .mask(id, tweak.as_bytes())
-        .unwrap_or_else(|e| raise(e))
+    with_key(key_id, |key| key.mask(id, tweak.as_bytes())).unwrap_or_else(|e| raise(e))
 }
 
 /// The id whose masked value under `tweak` is `masked`, with the current key: the exact inverse
-/// of `shard_id_mask(id, tweak)`. EXECUTE is revoked from PUBLIC.
+/// of `shard_id_mask(id, tweak)`. EXECUTE: `shard_id_masker`.
 ///
 /// ```sql
-/// shard_id_unmask(masked bigint, tweak text DEFAULT '') RETURNS bigint  STABLE STRICT PARALLEL SAFE
+/// shard_id_unmask(masked bigint, tweak text DEFAULT '') RETURNS bigint  STABLE STRICT PARALLEL RESTRICTED
 /// SELECT shard_id_unmask(shard_id_mask(42, 'photos'), 'photos');  -- 42
 /// ```
 ///
-/// Errors: 42501 without EXECUTE; those of `shard_id_mask`.
+/// Errors: those of `shard_id_mask`.
 #[pg_extern(sql = r#"
 CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text DEFAULT '') RETURNS bigint
-    STABLE STRICT PARALLEL SAFE
+    STABLE STRICT PARALLEL RESTRICTED
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_unmask_wrapper';
-REVOKE EXECUTE ON FUNCTION shard_id_unmask(bigint, text) FROM PUBLIC;
 "#)]
 fn shard_id_unmask(masked: i64, tweak: &[u8]) -> i64 {
     let tweak = text::utf8(tweak);
@@ -194,7 +412,7 @@ fn shard_id_unmask(masked: i64, tweak: &[u8]) -> i64 {
 }
 
 /// The id whose masked value under `tweak` with key `key_id` is `masked` (values masked before a
-/// rotation). EXECUTE is revoked from PUBLIC.
+/// rotation). EXECUTE: `shard_id_masker`.
 ///
 /// ```sql
 /// shard_id_unmask(masked bigint, tweak text, key_id integer) RETURNS bigint  IMMUTABLE STRICT PARALLEL SAFE
@@ -205,27 +423,25 @@ fn shard_id_unmask(masked: i64, tweak: &[u8]) -> i64 {
 CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text, "key_id" integer) RETURNS bigint
     IMMUTABLE STRICT PARALLEL SAFE
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_unmask_with_key_wrapper';
-REVOKE EXECUTE ON FUNCTION shard_id_unmask(bigint, text, integer) FROM PUBLIC;
 "#)]
 fn shard_id_unmask_with_key(masked: i64, tweak: &[u8], key_id: i32) -> i64 {
     let tweak = text::utf8(tweak);
-    key(key_id)
-        .unmask(masked, tweak.as_bytes())
-        .unwrap_or_else(|e| raise(e))
+    with_key(key_id, |key| key.unmask(masked, tweak.as_bytes())).unwrap_or_else(|e| raise(e))
 }
 
 /// A URL-safe, JavaScript-safe masked id: the current key's id as one character, then the masked
-/// value's 11-character shortcode. It carries its key, so it unmasks after a rotation.
+/// value's 11-character shortcode. It carries its key, so it unmasks after a rotation. EXECUTE:
+/// `shard_id_masker`.
 ///
 /// ```sql
-/// shard_id_mask_shortcode(id bigint, tweak text DEFAULT '') RETURNS text  STABLE STRICT PARALLEL SAFE
+/// shard_id_mask_shortcode(id bigint, tweak text DEFAULT '') RETURNS text  STABLE STRICT PARALLEL RESTRICTED
 /// SELECT shard_id_mask_shortcode(id, 'photos') FROM photos;  -- e.g. BJWnT2x0k3aQ
 /// ```
 ///
 /// Errors: those of `shard_id_mask`.
 #[pg_extern(sql = r#"
 CREATE FUNCTION shard_id_mask_shortcode("id" bigint, "tweak" text DEFAULT '') RETURNS text
-    STABLE STRICT PARALLEL SAFE
+    STABLE STRICT PARALLEL RESTRICTED
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_mask_shortcode_wrapper';
 "#)]
 fn shard_id_mask_shortcode(id: i64, tweak: &[u8]) -> String {
@@ -236,7 +452,7 @@ fn shard_id_mask_shortcode(id: i64, tweak: &[u8]) -> String {
         .unwrap_or_else(|e| raise(e))
 }
 
-/// The id of a masked shortcode, with the key it names. EXECUTE is revoked from PUBLIC.
+/// The id of a masked shortcode, with the key it names. EXECUTE: `shard_id_masker`.
 ///
 /// ```sql
 /// shard_id_unmask_shortcode(code text, tweak text DEFAULT '') RETURNS bigint  IMMUTABLE STRICT PARALLEL SAFE
@@ -249,7 +465,6 @@ fn shard_id_mask_shortcode(id: i64, tweak: &[u8]) -> String {
 CREATE FUNCTION shard_id_unmask_shortcode("code" text, "tweak" text DEFAULT '') RETURNS bigint
     IMMUTABLE STRICT PARALLEL SAFE
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_unmask_shortcode_wrapper';
-REVOKE EXECUTE ON FUNCTION shard_id_unmask_shortcode(text, text) FROM PUBLIC;
 "#)]
 fn shard_id_unmask_shortcode(code: &[u8], tweak: &[u8]) -> i64 {
     let code = text::utf8(code);
@@ -264,3 +479,65 @@ fn shard_id_unmask_shortcode(code: &[u8], tweak: &[u8]) -> i64 {
             other => raise(other),
         })
 }
+
+/// Records, in `_pg_shard_id.mask_keys`, the check value of every key of the key file that has
+/// none, and lists every key with its check value. A superuser runs it after adding a key; from
+/// then on a different key under that id is refused, here and wherever this database's rows are
+/// copied with their records (pg_dump, pg_upgrade, a physical standby).
+///
+/// ```sql
+/// shard_id_mask_keys_record() RETURNS TABLE (key_id integer, check_value bigint, recorded text)
+///     VOLATILE PARALLEL UNSAFE  -- EXECUTE revoked from PUBLIC
+/// SELECT * FROM shard_id_mask_keys_record();
+/// ```
+///
+/// Errors: 42501 without EXECUTE; those of reading the key file (F0000 when a key differs from
+/// its record: nothing is recorded then).
+#[pg_extern(sql = r#"
+CREATE FUNCTION shard_id_mask_keys_record() RETURNS TABLE ("key_id" integer, "check_value" bigint, "recorded" text)
+    VOLATILE STRICT PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_mask_keys_record_wrapper';
+REVOKE EXECUTE ON FUNCTION shard_id_mask_keys_record() FROM PUBLIC;
+"#, requires = ["mask_keys"])]
+#[allow(clippy::type_complexity)]
+fn shard_id_mask_keys_record() -> TableIterator<
+    'static,
+    (
+        name!(key_id, i32),
+        name!(check_value, i64),
+        name!(recorded, String),
+    ),
+> {
+    let keys = keys(); // (refuses a key that differs from its record)
+    let rows: Vec<(i32, i64, String)> = keys
+        .keys()
+        .map(|key| {
+            let value = key.check_value();
+            let added = Spi::get_one_with_args::<i32>(
+                "INSERT INTO _pg_shard_id.mask_keys (key_id, check_value) VALUES ($1, $2) \
+                 ON CONFLICT (key_id) DO NOTHING RETURNING key_id",
+                &[i32::from(key.id).into(), value.into()],
+            );
+            let status = match added {
+                Ok(Some(_)) => "recorded now",
+                _ => "recorded before",
+            };
+            (i32::from(key.id), value, status.to_string())
+        })
+        .collect();
+    TableIterator::new(rows)
+}
+
+extension_sql_file!(
+    "../sql/mask.sql",
+    name = "mask_keys",
+    requires = [
+        "origin", // (the schema _pg_shard_id)
+        shard_id_mask,
+        shard_id_mask_with_key,
+        shard_id_unmask,
+        shard_id_unmask_with_key,
+        shard_id_mask_shortcode,
+        shard_id_unmask_shortcode,
+    ]
+);

@@ -17,7 +17,13 @@
 //!   `FlexibleNumeralString` gives.
 //! * **Keys** come from the file `pg_shard_id.keys` in the data directory ([`KeyFile::parse`]):
 //!   `key <id> <64 hex digits>` lines (ids 1 to 63) and one `current <id>` line naming the key new
-//!   masks use. Rotation adds a key and moves `current`; the old keys stay for unmasking.
+//!   masks use. Rotation adds a key and moves `current`; the old keys stay for unmasking. The
+//!   bytes of a key live in a [`Zeroizing`] buffer while they are parsed, and the expanded key
+//!   schedule is wiped when its [`Key`] is dropped (`aes`'s `zeroize` feature).
+//! * **Check values** ([`Key::check_value`]): the key's masked value of 0 under a tweak no
+//!   application uses. The database records it per key id, so that a key id whose key changed
+//!   (a restored copy or a standby given another file) is refused instead of silently making
+//!   other masked values: it says which key it is, never the key.
 //! * **Masked shortcodes** ([`Key::mask_shortcode`]) are the key id as one character of the
 //!   URL-safe base64 alphabet, then the masked value's 11-character shortcode: 12 characters,
 //!   JavaScript-safe as text, and they carry their key, so they unmask after a rotation. A masked
@@ -27,6 +33,7 @@
 use crate::shortcode::{self, ShortcodeError};
 use aes::Aes256;
 use fpe::ff1::{NumeralString, Operations, FF1};
+use zeroize::Zeroizing;
 
 /// The radix of the numerals: 9 bits each.
 const RADIX: u32 = 512;
@@ -39,6 +46,9 @@ pub const MAX_KEY_ID: u8 = 63;
 const ALPHABET: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789-_";
 /// Length of a masked shortcode.
 pub const MASKED_SHORTCODE_LEN: usize = 1 + shortcode::SHORTCODE_LEN;
+/// The tweak of [`Key::check_value`]: not one an application would give (it is documented as
+/// reserved).
+pub const CHECK_TWEAK: &[u8] = b"pg_shard_id key check value";
 
 /// Why masking, unmasking or reading the key file failed.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -103,6 +113,12 @@ impl Key {
             .decrypt(tweak, &numerals)
             .expect("7 numerals of radix 512 are a valid FF1 input");
         Ok(from_numerals(out))
+    }
+
+    /// A value that identifies this key without revealing it: the masked value of 0 under
+    /// [`CHECK_TWEAK`]. Two keys have the same check value with probability 2^-63.
+    pub fn check_value(&self) -> i64 {
+        self.mask(0, CHECK_TWEAK).expect("0 is in the domain")
     }
 
     /// The masked shortcode of `id`: this key's id character, then the masked value's shortcode.
@@ -273,7 +289,7 @@ impl KeyFile {
                     }
                     let bytes = parse_hex(hex)
                         .ok_or_else(|| bad("a key is 64 hexadecimal digits (32 bytes)"))?;
-                    keys.push(Key::new(id, &bytes));
+                    keys.push(Key::new(id, &bytes)); // (the bytes are wiped here, dropped)
                 }
                 ["current", id] => {
                     if current.is_some() {
@@ -299,6 +315,11 @@ impl KeyFile {
         self.key(self.current).expect("parse checked it")
     }
 
+    /// Every key of the file, in the file's order.
+    pub fn keys(&self) -> impl Iterator<Item = &Key> {
+        self.keys.iter()
+    }
+
     /// The key with this id.
     pub fn key(&self, id: u8) -> Result<&Key, MaskError> {
         self.keys
@@ -314,17 +335,39 @@ impl KeyFile {
     }
 }
 
+/// How the keys of a key file stand against the check values a database recorded (key id,
+/// check value): the ids whose key is not the recorded one, and the ids with no record.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct KeyChecks {
+    pub mismatched: Vec<u8>,
+    pub unrecorded: Vec<u8>,
+}
+
+impl KeyChecks {
+    pub fn of(file: &KeyFile, recorded: &[(u8, i64)]) -> KeyChecks {
+        let mut checks = KeyChecks::default();
+        for key in file.keys() {
+            match recorded.iter().find(|(id, _)| *id == key.id) {
+                Some((_, value)) if *value != key.check_value() => checks.mismatched.push(key.id),
+                Some(_) => {}
+                None => checks.unrecorded.push(key.id),
+            }
+        }
+        checks
+    }
+}
+
 fn parse_id(text: &str) -> Option<u8> {
     text.parse::<u8>()
         .ok()
         .filter(|&id| (1..=MAX_KEY_ID).contains(&id))
 }
 
-fn parse_hex(text: &str) -> Option<[u8; 32]> {
+fn parse_hex(text: &str) -> Option<Zeroizing<[u8; 32]>> {
     if text.len() != 64 || !text.bytes().all(|b| b.is_ascii_hexdigit()) {
         return None;
     }
-    let mut out = [0u8; 32];
+    let mut out = Zeroizing::new([0u8; 32]);
     for (i, byte) in out.iter_mut().enumerate() {
         *byte = u8::from_str_radix(&text[2 * i..2 * i + 2], 16).ok()?;
     }
@@ -414,6 +457,44 @@ mod tests {
         1_456_613_967_788_391_754,
         1_463_496_062_521_237_990,
     ];
+
+    /// A check value names a key without being it: fixed for a key (a known answer, so that a
+    /// change here, which would refuse every recorded key, fails), different for another key.
+    #[test]
+    fn check_values_identify_keys() {
+        let key = Key::new(1, &NIST_KEY);
+        assert_eq!(key.check_value(), key.mask(0, CHECK_TWEAK).unwrap());
+        assert_eq!(key.check_value(), CHECK_VALUE_OF_NIST_KEY);
+        let mut other = NIST_KEY;
+        other[31] ^= 1;
+        assert_ne!(Key::new(1, &other).check_value(), key.check_value());
+        // the key id is not part of it: the same key under two ids has one check value
+        assert_eq!(Key::new(2, &NIST_KEY).check_value(), key.check_value());
+    }
+    const CHECK_VALUE_OF_NIST_KEY: i64 = 5_540_789_936_356_448_632;
+
+    #[test]
+    fn key_checks_name_mismatched_and_unrecorded_ids() {
+        let hex = |b: u8| format!("{b:02x}").repeat(32);
+        let file = KeyFile::parse(&format!(
+            "key 1 {}\nkey 2 {}\nkey 3 {}\ncurrent 2\n",
+            hex(1),
+            hex(2),
+            hex(3)
+        ))
+        .unwrap();
+        let value = |id| file.key(id).unwrap().check_value();
+        let recorded = [(1, value(1)), (2, value(2) ^ 1), (9, 7)];
+        assert_eq!(
+            KeyChecks::of(&file, &recorded),
+            KeyChecks {
+                mismatched: vec![2],
+                unrecorded: vec![3]
+            }
+        );
+        let all = [(1, value(1)), (2, value(2)), (3, value(3))];
+        assert_eq!(KeyChecks::of(&file, &all), KeyChecks::default());
+    }
 
     #[test]
     fn numerals_cover_exactly_the_non_negative_bigints() {

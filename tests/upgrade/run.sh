@@ -69,7 +69,7 @@ user_objects() {
         (SELECT string_agg(conname || ' ' || pg_get_constraintdef(oid), E'\n' ORDER BY conname)
            FROM pg_constraint WHERE connamespace = 'public'::regnamespace),
         (SELECT string_agg(pg_get_indexdef(indexrelid), E'\n' ORDER BY indexrelid::regclass::text)
-           FROM pg_index WHERE indrelid::regclass::text NOT LIKE 'pg_%'),
+           FROM pg_index WHERE indrelid::regclass::text NOT LIKE 'pg_%' AND $(printf "$user_rel" indrelid)),
         (SELECT string_agg(c.relname || ': ' || pg_get_viewdef(c.oid), E'\n' ORDER BY c.relname)
            FROM pg_class c WHERE c.relkind = 'v' AND c.relnamespace = 'public'::regnamespace
             AND $(printf "$user_rel" c.oid)),

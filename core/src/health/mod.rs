@@ -8,8 +8,10 @@ use std::collections::BTreeMap;
 
 mod citus;
 mod copies;
+mod keys;
 pub use citus::{citus, Node, NodeState};
 pub use copies::{data_floor, publication, replication, Replicated};
+pub use keys::{mask_keys, KeyFileState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Status {

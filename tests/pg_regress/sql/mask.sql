@@ -15,7 +15,11 @@ BEGIN
                    'umask 077 && cat > pg_shard_id.keys.new && mv pg_shard_id.keys.new pg_shard_id.keys');
 END $$;
 SELECT mask_write_keys('# regress keys', 'key 1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', 'current 1');
-\c
+-- (the same session reads the new file at its next statement)
+-- the check value of each key, recorded by a superuser; the second call records nothing new
+SELECT * FROM shard_id_mask_keys_record();
+SELECT key_id, recorded FROM shard_id_mask_keys_record();
+SELECT status FROM shard_id_check() WHERE "check" = 'mask_keys';
 SELECT shard_id_mask(42) <> 42 AS masked, shard_id_unmask(shard_id_mask(42)) AS unmasked;
 SELECT shard_id_mask(11637205501278089, 'photos') AS photos, shard_id_mask(11637205501278089, 'users') AS users,
        shard_id_mask(11637205501278089, 'photos', 1) = shard_id_mask(11637205501278089, 'photos') AS key_1_is_current;
@@ -40,7 +44,10 @@ SELECT bool_and(shard_id_unmask(public_id, 'photos', 1) = id) AS every_row_unmas
 -- rotation: key 2 becomes current, key 1 stays to unmask what it made
 SELECT shard_id_mask_shortcode(11637205501278089, 'photos') AS code_of_key_1 \gset
 SELECT mask_write_keys('key 1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', 'key 2 202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f', 'current 2');
-\c
+-- a rotation reaches this session at its next statement (no reconnect); key 2 is not recorded yet
+SELECT left(shard_id_mask_shortcode(1, 'photos'), 1) AS codes_now_start;
+SELECT status, detail FROM shard_id_check() WHERE "check" = 'mask_keys';
+SELECT key_id, recorded FROM shard_id_mask_keys_record();
 SELECT shard_id_mask(11637205501278089, 'photos') <> shard_id_mask(11637205501278089, 'photos', 1) AS a_new_key,
        shard_id_unmask(shard_id_mask(11637205501278089, 'photos', 1), 'photos', 1) AS old_values_unmask;
 SELECT shard_id_unmask_shortcode(:'code_of_key_1', 'photos') AS old_code, left(shard_id_mask_shortcode(1, 'photos'), 1) AS new_codes_start;
@@ -50,17 +57,37 @@ SELECT shard_id_mask(-1);
 SELECT shard_id_unmask(5, '', 9);
 SELECT shard_id_unmask_shortcode('AClX-gwU94k', 'photos');
 SELECT shard_id_unmask_shortcode('ZAAAAAAAAAAA', 'photos');
--- an ordinary role may mask; unmasking needs a grant
+-- an ordinary role may neither mask (it would find ids by trying candidates) nor unmask, nor
+-- record check values; the role shard_id_masker may do both
 CREATE ROLE regress_mask_app;
 SET ROLE regress_mask_app;
-SELECT shard_id_mask(42, 'photos') = shard_id_mask(42, 'photos', 2) AS may_mask;
+SELECT shard_id_mask(42, 'photos');
+SELECT shard_id_mask(42, 'photos', 2);
+SELECT shard_id_mask_shortcode(42, 'photos');
 SELECT shard_id_unmask(1, 'photos');
+SELECT shard_id_unmask(1, 'photos', 2);
 SELECT shard_id_unmask_shortcode('BAAAAAAAAAAA', 'photos');
+SELECT * FROM shard_id_mask_keys_record();
 RESET ROLE;
-GRANT EXECUTE ON FUNCTION shard_id_unmask(bigint, text) TO regress_mask_app;
+GRANT shard_id_masker TO regress_mask_app;
 SET ROLE regress_mask_app;
-SELECT shard_id_unmask(shard_id_mask(42, 'photos'), 'photos') AS unmasked_with_the_grant;
+SELECT shard_id_unmask(shard_id_mask(42, 'photos'), 'photos') AS unmasked_as_a_masker,
+       shard_id_unmask_shortcode(shard_id_mask_shortcode(42, 'photos'), 'photos') AS from_its_code;
 RESET ROLE;
+-- a key id whose key is not the one recorded (a restored copy given another key file) is
+-- refused, by every form, and shard_id_check() says so
+SELECT mask_write_keys('key 1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', 'key 2 ffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffffff', 'current 1');
+SELECT shard_id_mask(42, 'photos', 1);
+SELECT shard_id_mask(42, 'photos');
+SELECT * FROM shard_id_mask_keys_record();
+SELECT status, detail FROM shard_id_check() WHERE "check" = 'mask_keys';
+-- a symbolic link is not followed (nor is a file another OS user owns: tests/mask)
+SELECT mask_write_keys('key 1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', 'key 2 202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f', 'current 2');
+COPY (SELECT) TO PROGRAM 'mv pg_shard_id.keys pg_shard_id.keys.real && ln -s pg_shard_id.keys.real pg_shard_id.keys';
+SELECT shard_id_mask(42, 'photos');
+SELECT status, detail FROM shard_id_check() WHERE "check" = 'mask_keys';
+COPY (SELECT) TO PROGRAM 'mv -f pg_shard_id.keys.real pg_shard_id.keys';
+SELECT shard_id_mask(42, 'photos') = shard_id_mask(42, 'photos', 2) AS key_2_again;
 -- an invalid key file: a clear error naming the line
 SELECT mask_write_keys('key 1 not-hex', 'current 1');
 \c
@@ -74,5 +101,6 @@ SELECT shard_id_mask(42);
 DROP TABLE mask_photos;
 DROP FUNCTION mask_write_keys(text[]);
 DROP SEQUENCE mask_s;
-REVOKE EXECUTE ON FUNCTION shard_id_unmask(bigint, text) FROM regress_mask_app;
+REVOKE shard_id_masker FROM regress_mask_app;
 DROP ROLE regress_mask_app;
+DELETE FROM _pg_shard_id.mask_keys;
