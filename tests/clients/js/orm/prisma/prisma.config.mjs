@@ -1,0 +1,4 @@
+export default {
+  schema: 'schema.prisma',
+  datasource: { url: process.env.DATABASE_URL },
+};

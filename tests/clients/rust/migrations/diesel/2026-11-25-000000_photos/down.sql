@@ -1,0 +1,1 @@
+DROP TABLE diesel_photos; -- and its OWNED BY sequence
