@@ -7,9 +7,10 @@
 -- * masking is the key holder's privilege, like unmasking: a role that may mask finds the id
 --   behind a masked value by trying the ids of one second and shard. EXECUTE on every masking
 --   function goes from PUBLIC to the role shard_id_masker. Before updating, GRANT
---   shard_id_masker TO the roles that mask (and, for a generated masked column, the roles that
---   insert into its table: a generated column's function is executed with the inserting role's
---   privileges); grants you made to other roles stay;
+--   shard_id_masker TO the roles that mask, and to the roles that insert into or update a table
+--   with a masked generated column or a masked expression index (they execute the function), and
+--   to the owners of such tables (ANALYZE, REINDEX and CREATE INDEX run as the owner); grants you
+--   made to other roles stay;
 -- * the forms that use the current key are PARALLEL RESTRICTED: a parallel worker could read a
 --   newer key file than its leader;
 -- * _pg_shard_id.mask_keys records each key id's check value (shard_id_mask_keys_record()).
@@ -34,6 +35,10 @@ DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shard_id_masker') THEN
         CREATE ROLE shard_id_masker NOLOGIN;
+    ELSIF (SELECT rolcanlogin OR rolsuper FROM pg_catalog.pg_roles WHERE rolname = 'shard_id_masker') THEN
+        -- a role of that name made by someone else: it gets masking's grants all the same, so say so
+        RAISE WARNING 'pg_shard_id: the existing role shard_id_masker can log in or is a superuser; it is granted masking'
+            USING HINT = 'Masking is granted to the role shard_id_masker, meant as a NOLOGIN group role: ALTER ROLE shard_id_masker NOLOGIN NOSUPERUSER, and check who is a member of it.';
     END IF;
 END
 $$;

@@ -42,25 +42,6 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:47
--- requires:
---   info::pg_shard_id_info
-
--- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
-DO $$
-BEGIN
-    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
-        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
-        -- for this statement only, so that the NOTICE reaches the user.
-        PERFORM set_config('client_min_messages', 'notice', true);
-        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
-            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
-    END IF;
-END
-$$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/lib.rs:53
 -- requires:
 --   info::pg_shard_id_info
@@ -138,6 +119,25 @@ BEGIN ATOMIC
     FROM _pg_shard_id.origin o;
 END;
 REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/lib.rs:47
+-- requires:
+--   info::pg_shard_id_info
+
+-- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
+DO $$
+BEGIN
+    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
+        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
+        -- for this statement only, so that the NOTICE reaches the user.
+        PERFORM set_config('client_min_messages', 'notice', true);
+        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
+            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
+    END IF;
+END
+$$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -553,7 +553,7 @@ AS 'MODULE_PATHNAME', 'shard_id_lower_bound_epoch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:340
+-- src/mask.rs:403
 -- pg_shard_id::mask::shard_id_mask
 
 CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text DEFAULT '') RETURNS bigint
@@ -562,7 +562,7 @@ CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text DEFAULT '') RETURNS bigi
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:424
+-- src/mask.rs:487
 -- pg_shard_id::mask::shard_id_mask_shortcode
 
 CREATE FUNCTION shard_id_mask_shortcode("id" bigint, "tweak" text DEFAULT '') RETURNS text
@@ -571,7 +571,7 @@ CREATE FUNCTION shard_id_mask_shortcode("id" bigint, "tweak" text DEFAULT '') RE
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:364
+-- src/mask.rs:427
 -- pg_shard_id::mask::shard_id_mask_with_key
 
 CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text, "key_id" integer) RETURNS bigint
@@ -646,7 +646,7 @@ AS 'MODULE_PATHNAME', 'shard_id_to_shortcode_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:383
+-- src/mask.rs:446
 -- pg_shard_id::mask::shard_id_unmask
 
 CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text DEFAULT '') RETURNS bigint
@@ -655,7 +655,7 @@ CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text DEFAULT '') RETURN
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:446
+-- src/mask.rs:509
 -- pg_shard_id::mask::shard_id_unmask_shortcode
 
 CREATE FUNCTION shard_id_unmask_shortcode("code" text, "tweak" text DEFAULT '') RETURNS bigint
@@ -664,7 +664,7 @@ CREATE FUNCTION shard_id_unmask_shortcode("code" text, "tweak" text DEFAULT '') 
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:404
+-- src/mask.rs:467
 -- pg_shard_id::mask::shard_id_unmask_with_key
 
 CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text, "key_id" integer) RETURNS bigint
@@ -673,7 +673,7 @@ CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text, "key_id" integer)
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:513
+-- src/mask.rs:577
 -- requires:
 --   origin
 --   shard_id_mask
@@ -695,6 +695,10 @@ DO $$
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_catalog.pg_roles WHERE rolname = 'shard_id_masker') THEN
         CREATE ROLE shard_id_masker NOLOGIN;
+    ELSIF (SELECT rolcanlogin OR rolsuper FROM pg_catalog.pg_roles WHERE rolname = 'shard_id_masker') THEN
+        -- a role of that name made by someone else: it gets masking's grants all the same, so say so
+        RAISE WARNING 'pg_shard_id: the existing role shard_id_masker can log in or is a superuser; it is granted masking'
+            USING HINT = 'Masking is granted to the role shard_id_masker, meant as a NOLOGIN group role: ALTER ROLE shard_id_masker NOLOGIN NOSUPERUSER, and check who is a member of it.';
     END IF;
 END
 $$;
@@ -721,7 +725,7 @@ COMMENT ON TABLE _pg_shard_id.mask_keys IS
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:478
+-- src/mask.rs:541
 -- pg_shard_id::mask::shard_id_mask_keys_record
 
 CREATE FUNCTION shard_id_mask_keys_record() RETURNS TABLE ("key_id" integer, "check_value" bigint, "recorded" text)

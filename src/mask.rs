@@ -3,23 +3,27 @@
 //!
 //! **Where the key lives: a file, `pg_shard_id.keys` in the data directory**, as PostgreSQL keeps
 //! its SSL key: opened once without following a symbolic link, then checked on that descriptor
-//! (`fstat`): a regular file, owned by the server's OS user (the data directory's owner), with
-//! no group or other access; read from the same descriptor into a buffer that is wiped when
-//! dropped, like the parsed key bytes (`zeroize`) and the expanded key schedules (`aes`'s
-//! `zeroize` feature). Not a setting: a setting's value lives in `postgresql.conf` or
+//! (`fstat`): a regular file, owned by the server's OS user, with no group or other access, at
+//! most 64 KiB; read from the same descriptor into a buffer that is wiped when dropped, as are
+//! the parsed key bytes (`zeroize`) and the expanded key schedules when their key is dropped
+//! (`aes`'s `zeroize` feature). What is not wiped: copies the compiler makes on the stack while a
+//! key is built and moved (Rust promises nothing there), and the memory of a backend that ends.
+//! Not a setting: a setting's value lives in `postgresql.conf` or
 //! `postgresql.auto.conf` (`ALTER SYSTEM` writes it in plain text beside every other setting,
 //! and `pg_file_settings` shows it to superusers), a superuser could `SET` it per session, which
 //! would make the same call give different answers in two sessions, and no role's `SHOW` must
 //! ever see it.
 //!
-//! **A rotation reaches every process at one point: the first statement that starts after the
+//! **A rotation reaches every process at one point: the first transaction that starts after the
 //! file is replaced.** A backend keeps its expanded keys, and at the first mask or unmask of each
-//! statement opens the file and compares its identity (device, inode, size, modification and
-//! change times) with the one it read; a different file is read again. Within a statement the
-//! keys never change. The forms that use the current key are PARALLEL RESTRICTED (the leader
-//! alone computes them): a parallel worker starts later than its leader and could read a newer
-//! file, so that one query masked under two keys (0.6.0: 674,736 of 2,000,000 rows under the
-//! old key, the rest under the new one, no error).
+//! transaction opens the file and compares its identity (device, inode, size, modification and
+//! change times) with the one it read; a different file is read again. Within a transaction the
+//! keys never change (a statement would not do: the extended protocol restarts the statement
+//! clock at every Execute, so a portal fetched in parts, a JDBC fetch size, would see a rotation
+//! between its fetches). The forms that use the current key are PARALLEL RESTRICTED (the leader
+//! alone computes them): a parallel worker is a transaction of its own, and could read a newer
+//! file than its leader, so that one query masked under two keys (0.6.0: 72,772 of 300,000 rows
+//! under the old key in tests/mask, no error).
 //!
 //! **A key id's key never changes, and the database checks it.** `shard_id_mask_keys_record()`
 //! stores each key's check value (its masked value of 0 under a reserved tweak: it identifies
@@ -60,11 +64,11 @@ pub const KEY_FILE: &str = "pg_shard_id.keys";
 /// A key file is a few lines; anything larger is not one.
 const MAX_KEY_FILE_BYTES: u64 = 64 * 1024;
 
-/// This backend's keys, the file they were read from and the statement that last confirmed it.
+/// This backend's keys, the file they were read from and the transaction that last confirmed it.
 struct Loaded {
     keys: Rc<KeyFile>,
     file: FileIdentity,
-    statement: pg_sys::TimestampTz,
+    transaction: pg_sys::LocalTransactionId,
 }
 
 thread_local! {
@@ -81,6 +85,8 @@ struct Refused {
     code: PgSqlErrorCode,
     message: String,
     hint: &'static str,
+    /// There is no key file (not one that is wrong).
+    missing: bool,
 }
 
 impl Refused {
@@ -89,6 +95,7 @@ impl Refused {
             code,
             message,
             hint: HOW_TO_MAKE_ONE,
+            missing: false,
         }
     }
 
@@ -97,35 +104,46 @@ impl Refused {
     }
 }
 
-/// The keys for this statement: read at its first call, again only when the file was replaced.
+/// This backend's local transaction id: a new one for every transaction it runs (a 32-bit
+/// counter of the backend's own).
+fn local_transaction() -> pg_sys::LocalTransactionId {
+    // SAFETY: MyProc is this backend's PGPROC, set before any function can be called; the field
+    // is written by this backend only.
+    unsafe {
+        #[cfg(any(feature = "pg14", feature = "pg15", feature = "pg16"))]
+        return (*pg_sys::MyProc).lxid;
+        #[cfg(any(feature = "pg17", feature = "pg18"))]
+        return (*pg_sys::MyProc).vxid.lxid;
+    }
+}
+
+/// The keys for this transaction: read at its first call, again only when the file was replaced.
 fn keys() -> Rc<KeyFile> {
-    // SAFETY: reads the backend's statement start time, set by PostgreSQL for every statement
-    // (a parallel worker has its leader's).
-    let statement = unsafe { pg_sys::GetCurrentStatementStartTimestamp() };
+    let transaction = local_transaction();
     let confirmed = LOADED.with_borrow(|loaded| {
         loaded
             .as_ref()
-            .filter(|l| l.statement == statement)
+            .filter(|l| l.transaction == transaction)
             .map(|l| l.keys.clone())
     });
     if let Some(keys) = confirmed {
         return keys;
     }
-    let (file, identity) = open_key_file().unwrap_or_else(|r| r.raise());
+    let (file, identity, len) = open_key_file().unwrap_or_else(|r| r.raise());
     let unchanged = LOADED.with_borrow_mut(|loaded| {
         let l = loaded.as_mut().filter(|l| l.file == identity)?;
-        l.statement = statement;
+        l.transaction = transaction;
         Some(l.keys.clone())
     });
     if let Some(keys) = unchanged {
         return keys;
     }
-    let keys = Rc::new(read_key_file(file).unwrap_or_else(|r| r.raise()));
+    let keys = Rc::new(read_key_file(file, len).unwrap_or_else(|r| r.raise()));
     refuse_changed_keys(&keys);
     LOADED.set(Some(Loaded {
         keys: keys.clone(),
         file: identity,
-        statement,
+        transaction,
     }));
     keys
 }
@@ -136,8 +154,9 @@ const HOW_TO_MAKE_ONE: &str = "Write the file pg_shard_id.keys in the data direc
      renaming a new file over it. Then, as a superuser: SELECT * FROM shard_id_mask_keys_record();";
 
 /// Opens the key file without following a symbolic link (or waiting on a FIFO) and checks what
-/// it is on the open descriptor, so that nothing can be swapped in between.
-fn open_key_file() -> Result<(File, FileIdentity), Refused> {
+/// it is on the open descriptor, so that nothing can be swapped in between; returns it with its
+/// identity and length.
+fn open_key_file() -> Result<(File, FileIdentity, u64), Refused> {
     use PgSqlErrorCode::*;
     let refused = |message: String| Refused::new(ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE, message);
     let file = std::fs::OpenOptions::new()
@@ -145,9 +164,12 @@ fn open_key_file() -> Result<(File, FileIdentity), Refused> {
         .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
         .open(KEY_FILE)
         .map_err(|e| match (e.kind(), e.raw_os_error()) {
-            (std::io::ErrorKind::NotFound, _) => refused(format!(
-                "pg_shard_id: no mask key: cannot read \"{KEY_FILE}\" in the data directory: {e}"
-            )),
+            (std::io::ErrorKind::NotFound, _) => Refused {
+                missing: true,
+                ..refused(format!(
+                    "pg_shard_id: no mask key: cannot read \"{KEY_FILE}\" in the data directory: {e}"
+                ))
+            },
             (_, Some(libc::ELOOP)) => refused(format!(
                 "pg_shard_id: the mask key file \"{KEY_FILE}\" is a symbolic link, which is not followed"
             )),
@@ -163,8 +185,8 @@ fn open_key_file() -> Result<(File, FileIdentity), Refused> {
         )
     };
     let meta = file.metadata().map_err(io)?;
-    // the server's OS user owns the data directory (PostgreSQL refuses to start otherwise)
-    let server_uid = std::fs::metadata(".").map_err(io)?.uid();
+    // SAFETY: geteuid has no preconditions and cannot fail.
+    let server_uid = unsafe { libc::geteuid() };
     if !meta.file_type().is_file() {
         return Err(refused(format!(
             "pg_shard_id: the mask key file \"{KEY_FILE}\" is not a regular file"
@@ -202,13 +224,13 @@ fn open_key_file() -> Result<(File, FileIdentity), Refused> {
         meta.ctime(),
         meta.ctime_nsec(),
     ]);
-    Ok((file, identity))
+    Ok((file, identity, meta.len()))
 }
 
-/// Reads and parses the open key file; the text is wiped when this returns.
-fn read_key_file(mut file: File) -> Result<KeyFile, Refused> {
+/// Reads and parses the open key file of `len` bytes (as checked); the text is wiped when this
+/// returns.
+fn read_key_file(mut file: File, len: u64) -> Result<KeyFile, Refused> {
     use PgSqlErrorCode::*;
-    let len = file.metadata().map(|m| m.len()).unwrap_or(0);
     // room for one byte more than fstat said, so that the buffer never grows (a reallocation
     // would leave a copy of the text behind) and a file that grew meanwhile shows
     let mut text = Zeroizing::new(Vec::with_capacity(len as usize + 1));
@@ -240,46 +262,70 @@ fn read_key_file(mut file: File) -> Result<KeyFile, Refused> {
     KeyFile::parse(text).map_err(|e| invalid(e.to_string()))
 }
 
-/// The check values this database recorded (none before the 0.7.0 SQL). Read-only SPI (no
-/// command counter, no transaction id), so that it runs in a parallel worker and on a standby.
+/// The check values this database recorded (none before the 0.7.0 SQL). Read-only SPI, whatever
+/// the transaction did before (pgrx's `select` runs read-write once the transaction has written,
+/// and a read-write execution increments the command counter, which a parallel leader may not do
+/// in the middle of a CREATE TABLE AS): no command counter, no transaction id, so that it runs in
+/// a parallel worker, on a standby and inside any statement.
 fn recorded_checks() -> Vec<(u8, i64)> {
-    Spi::connect(|client| {
-        let fail = |e: pgrx::spi::Error| -> ! { error!("pg_shard_id: {e}") };
-        let exists = client
-            .select(
-                "SELECT pg_catalog.to_regclass('_pg_shard_id.mask_keys') IS NOT NULL",
-                None,
-                &[],
-            )
-            .and_then(|rows| rows.first().get_one::<bool>())
-            .unwrap_or_else(|e| fail(e));
-        if exists != Some(true) {
-            return Vec::new();
+    const QUERY: &std::ffi::CStr =
+        c"SELECT k.key_id::integer, k.check_value FROM _pg_shard_id.mask_keys k \
+        WHERE pg_catalog.to_regclass('_pg_shard_id.mask_keys') IS NOT NULL";
+    const EXISTS: &std::ffi::CStr =
+        c"SELECT 1 WHERE pg_catalog.to_regclass('_pg_shard_id.mask_keys') IS NOT NULL";
+    Spi::connect(|_client| {
+        // SAFETY: SPI is connected (Spi::connect); inside pgrx's guard, so an ERROR unwinds and
+        // the transaction's abort undoes SPI. Every datum is copied into Rust before
+        // SPI_finish frees it.
+        unsafe {
+            let run = |query: &std::ffi::CStr| {
+                let status = pg_sys::SPI_execute(query.as_ptr(), true, 0);
+                if status != pg_sys::SPI_OK_SELECT as i32 {
+                    error!("pg_shard_id: reading _pg_shard_id.mask_keys failed ({status})");
+                }
+            };
+            // (the table is new in 0.7.0's SQL: a database still at 0.6.0 has none, and the
+            // query naming it would not parse)
+            run(EXISTS);
+            if pg_sys::SPI_processed == 0 {
+                return Vec::new();
+            }
+            run(QUERY);
+            let table = pg_sys::SPI_tuptable;
+            let get = |row: usize, column: i32| {
+                let mut null = false;
+                let datum = pg_sys::SPI_getbinval(
+                    *(*table).vals.add(row),
+                    (*table).tupdesc,
+                    column,
+                    &mut null,
+                );
+                (datum, null)
+            };
+            (0..pg_sys::SPI_processed as usize)
+                .filter_map(|row| {
+                    let (id, null) = get(row, 1);
+                    let id = i32::from_datum(id, null)?;
+                    let (value, null) = get(row, 2);
+                    Some((u8::try_from(id).ok()?, i64::from_datum(value, null)?))
+                })
+                .collect()
         }
-        client
-            .select(
-                "SELECT key_id::integer, check_value FROM _pg_shard_id.mask_keys",
-                None,
-                &[],
-            )
-            .unwrap_or_else(|e| fail(e))
-            .filter_map(|row| {
-                let id = row.get::<i32>(1).ok().flatten()?;
-                Some((u8::try_from(id).ok()?, row.get::<i64>(2).ok().flatten()?))
-            })
-            .collect()
     })
 }
 
 /// Refuses a key file whose key for some id is not the one this database recorded for it.
 fn refuse_changed_keys(keys: &KeyFile) {
     let checks = KeyChecks::of(keys, &recorded_checks());
-    if let Some(id) = checks.mismatched.first() {
+    if !checks.mismatched.is_empty() {
+        let ids: Vec<String> = checks.mismatched.iter().map(u8::to_string).collect();
         raise_with_hint(
             PgSqlErrorCode::ERRCODE_CONFIG_FILE_ERROR,
             format!(
-                "pg_shard_id: the mask key {id} of \"{KEY_FILE}\" is not the key this database \
-                 recorded for the id {id} (its check value differs)"
+                "pg_shard_id: the mask key file \"{KEY_FILE}\" is refused: its key for the id(s) \
+                 {} is not the key this database recorded for them (the check value differs); \
+                 nothing is masked or unmasked until it is fixed",
+                ids.join(", ")
             ),
             "A key id's key never changes: values masked with it, in generated columns and \
              indexes, would change. Put back the key file this database's values were made with; \
@@ -292,13 +338,13 @@ fn refuse_changed_keys(keys: &KeyFile) {
 /// without raising (and without keeping what it read).
 pub fn check_finding() -> Finding {
     let recorded = recorded_checks();
-    let state = match open_key_file().and_then(|(file, _)| read_key_file(file)) {
+    let state = match open_key_file().and_then(|(file, _, len)| read_key_file(file, len)) {
         Ok(keys) => KeyFileState::Read {
             current: keys.current().id,
             keys: keys.keys().count(),
             checks: KeyChecks::of(&keys, &recorded),
         },
-        Err(r) if r.message.contains("no mask key") => KeyFileState::Missing,
+        Err(r) if r.missing => KeyFileState::Missing,
         Err(r) => KeyFileState::Refused(r.message),
     };
     health::mask_keys(&state, recorded.len())
@@ -326,7 +372,7 @@ fn raise(error: MaskError) -> ! {
     raise_with_hint(code, format!("pg_shard_id: {error}"), hint)
 }
 
-/// Runs `f` with the key `key_id` of this statement's keys.
+/// Runs `f` with the key `key_id` of this transaction's keys.
 fn with_key<R>(key_id: i32, f: impl FnOnce(&Key) -> R) -> R {
     let keys = keys();
     let key = u8::try_from(key_id)
@@ -520,7 +566,11 @@ fn shard_id_mask_keys_record() -> TableIterator<
             );
             let status = match added {
                 Ok(Some(_)) => "recorded now",
-                _ => "recorded before",
+                Ok(None) | Err(pgrx::spi::Error::InvalidPosition) => "recorded before",
+                Err(e) => error!(
+                    "pg_shard_id: recording the check value of key {}: {e}",
+                    key.id
+                ),
             };
             (i32::from(key.id), value, status.to_string())
         })

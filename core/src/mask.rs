@@ -19,7 +19,9 @@
 //!   `key <id> <64 hex digits>` lines (ids 1 to 63) and one `current <id>` line naming the key new
 //!   masks use. Rotation adds a key and moves `current`; the old keys stay for unmasking. The
 //!   bytes of a key live in a [`Zeroizing`] buffer while they are parsed, and the expanded key
-//!   schedule is wiped when its [`Key`] is dropped (`aes`'s `zeroize` feature).
+//!   schedule is wiped when its [`Key`] is dropped (`aes`'s `zeroize` feature); copies the
+//!   compiler makes on the stack while a key is built and moved are not (Rust promises nothing
+//!   about them).
 //! * **Check values** ([`Key::check_value`]): the key's masked value of 0 under a tweak no
 //!   application uses. The database records it per key id, so that a key id whose key changed
 //!   (a restored copy or a standby given another file) is refused instead of silently making
@@ -273,7 +275,9 @@ impl KeyFile {
     /// Parses the file's text: `key <id> <64 hex digits>` (id 1 to 63, each id once), one
     /// `current <id>` naming a defined key, `#` comments and blank lines.
     pub fn parse(text: &str) -> Result<KeyFile, MaskError> {
-        let mut keys: Vec<Key> = Vec::new();
+        // (room for every key id at once: a Vec that grew would free its old buffer, key
+        // schedules included, without wiping it)
+        let mut keys: Vec<Key> = Vec::with_capacity(usize::from(MAX_KEY_ID));
         let mut current = None;
         for (n, line) in text.lines().enumerate().map(|(i, l)| (i + 1, l.trim())) {
             if line.is_empty() || line.starts_with('#') {

@@ -56,23 +56,40 @@ def test_a_rotation_reaches_every_process_of_a_query_at_once(cluster):
         # both sessions read key 1 as current
         assert conn.execute("SELECT shard_id_mask(7, 'x') = shard_id_mask(7, 'x', 1)").fetchone()[0]
         assert other.execute("SELECT shard_id_mask(7, 'x') = shard_id_mask(7, 'x', 1)").fetchone()[0]
+        conn.execute(PARALLEL)
+        query = "SELECT id, shard_id_mask(id, 'x') AS m, shard_id_unmask(id, 'x') AS u FROM big"
+        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + query).fetchall())
+        assert "Workers Launched: 2" in plan, plan  # (else this test proves nothing)
         write_keys(cluster, f"key 1 {KEY_1}", f"key 2 {KEY_2}", "current 2")
         # what key 2 makes, computed by a session that starts after the rotation, without workers
         with cluster.connect(db) as fresh:
             fresh.execute("SET max_parallel_workers_per_gather = 0")
             fresh.execute("CREATE TABLE want AS SELECT id, shard_id_mask(id, 'x') AS m, "
                           "shard_id_unmask(id, 'x') AS u FROM big")
-        # one parallel query in the session that read key 1 before
-        conn.execute(PARALLEL)
-        query = "SELECT id, shard_id_mask(id, 'x') AS m, shard_id_unmask(id, 'x') AS u FROM big"
-        plan = "\n".join(r[0] for r in conn.execute("EXPLAIN (ANALYZE, COSTS OFF) " + query).fetchall())
-        assert "Workers Launched: 2" in plan, plan  # (else this test proves nothing)
+        # one parallel CREATE TABLE AS in the session that read key 1 before: its first mask after
+        # the rotation reads the new file (and the database's check values) inside it
         conn.execute("CREATE TABLE got AS " + query)
         differ = conn.execute("SELECT count(*) FILTER (WHERE g.m <> w.m), count(*) FILTER (WHERE g.u <> w.u), "
                               "count(*) FROM got g JOIN want w USING (id)").fetchone()
         assert differ == (0, 0, rows), f"masked / unmasked under another key, of {rows}: {differ}"
         # the other session, which read key 1 before the rotation, sees key 2 at its next statement
         assert other.execute("SELECT shard_id_mask(7, 'x') = shard_id_mask(7, 'x', 2)").fetchone()[0]
+
+
+def test_within_a_transaction_the_keys_never_change(cluster):
+    """A cursor fetched in parts (a JDBC fetch size, the extended protocol's portals) masks every
+    row under the key its transaction started with; the next transaction has the new one."""
+    db = new_db(cluster, "cursor")
+    write_keys(cluster, f"key 1 {KEY_1}", "current 1")
+    with cluster.connect(db, autocommit=False) as conn:
+        conn.execute("DECLARE c CURSOR FOR SELECT g, shard_id_mask(g, 'x') FROM generate_series(1, 20) g")
+        first = conn.execute("FETCH 10 FROM c").fetchall()
+        write_keys(cluster, f"key 1 {KEY_1}", f"key 2 {KEY_2}", "current 2")
+        rest = conn.execute("FETCH 10 FROM c").fetchall()
+        under_1 = conn.execute("SELECT g, shard_id_mask(g, 'x', 1) FROM generate_series(1, 20) g").fetchall()
+        assert first + rest == under_1
+        conn.commit()
+        assert conn.execute("SELECT shard_id_mask(7, 'x') = shard_id_mask(7, 'x', 2)").fetchone()[0]
 
 
 def test_the_current_key_forms_run_in_the_leader_only(cluster):
@@ -122,9 +139,9 @@ def test_a_restored_copy_with_another_key_under_the_same_id_is_refused(cluster):
                                   "postgres", "-d", "copy"], input=dump, capture_output=True)
         # the records come before the table (schema _pg_shard_id): its masked column is refused,
         # not recomputed under the other key
-        assert b"is not the key this database recorded for the id 1" in restore.stderr, restore.stderr
+        assert b"its key for the id(s) 1 is not the key this database recorded" in restore.stderr, restore.stderr
         assert other.one("SELECT count(*) FROM photos", "copy") == 0
-        with pytest.raises(psycopg.errors.ConfigFileError, match="recorded for the id 1"):
+        with pytest.raises(psycopg.errors.ConfigFileError, match="for the id\\(s\\) 1 is not the key"):
             other.sql("SELECT shard_id_mask(1, 'photos', 1)", "copy")
         status = other.one("SELECT status FROM shard_id_check() WHERE \"check\" = 'mask_keys'", "copy")
         assert status == "failed"
@@ -150,7 +167,7 @@ def test_a_standby_given_another_key_is_refused(cluster):
         lsn = cluster.one("SELECT pg_current_wal_lsn()::text")
         assert wait_for(lambda: standby.one("SELECT pg_last_wal_replay_lsn() >= %s::pg_lsn", params=(lsn,)), 30)
         write_keys(standby, f"key 1 {KEY_1_OTHER}", "current 1")
-        with pytest.raises(psycopg.errors.ConfigFileError, match="recorded for the id 1"):
+        with pytest.raises(psycopg.errors.ConfigFileError, match="for the id\\(s\\) 1 is not the key"):
             standby.sql("SELECT shard_id_mask(1, 'photos')", db)
         write_keys(standby, f"key 1 {KEY_1}", "current 1")
         assert standby.one("SELECT shard_id_mask(1, 'photos')", db) == cluster.one("SELECT shard_id_mask(1, 'photos')", db)

@@ -15,7 +15,7 @@ BEGIN
                    'umask 077 && cat > pg_shard_id.keys.new && mv pg_shard_id.keys.new pg_shard_id.keys');
 END $$;
 SELECT mask_write_keys('# regress keys', 'key 1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', 'current 1');
--- (the same session reads the new file at its next statement)
+-- (the same session reads the new file at its next transaction)
 -- the check value of each key, recorded by a superuser; the second call records nothing new
 SELECT * FROM shard_id_mask_keys_record();
 SELECT key_id, recorded FROM shard_id_mask_keys_record();
@@ -44,7 +44,7 @@ SELECT bool_and(shard_id_unmask(public_id, 'photos', 1) = id) AS every_row_unmas
 -- rotation: key 2 becomes current, key 1 stays to unmask what it made
 SELECT shard_id_mask_shortcode(11637205501278089, 'photos') AS code_of_key_1 \gset
 SELECT mask_write_keys('key 1 000102030405060708090a0b0c0d0e0f101112131415161718191a1b1c1d1e1f', 'key 2 202122232425262728292a2b2c2d2e2f303132333435363738393a3b3c3d3e3f', 'current 2');
--- a rotation reaches this session at its next statement (no reconnect); key 2 is not recorded yet
+-- a rotation reaches this session at its next transaction (no reconnect); key 2 is not recorded yet
 SELECT left(shard_id_mask_shortcode(1, 'photos'), 1) AS codes_now_start;
 SELECT status, detail FROM shard_id_check() WHERE "check" = 'mask_keys';
 SELECT key_id, recorded FROM shard_id_mask_keys_record();
