@@ -7,6 +7,9 @@
 #   then, for each PostgreSQL in PG_VERSIONS (default "15 16 17 18"; PG_VERSIONS=18 for one):
 #   4. #[pg_test]s (cargo pgrx test pgNN), in a server with the library preloaded
 #   5. the pg_regress suite (tests/pg_regress), what a user sees in psql
+#      (oldest) the documentation (tests/docs): mkdocs build --strict (no broken link or anchor,
+#      no page outside the nav), the README's links, and every ```sql block of README.md and
+#      docs/*.md run in one session per page, shown output compared
 #   6. the cluster tests (tests/cluster): concurrency, CACHE, clock steps, no preload, SIGKILL,
 #      the epoch across restarts, a hostile role churning the guard table, damaged lease files,
 #      3 clusters with a shard move, shard_id_adopt under load and through pg_dump/pg_restore;
@@ -24,7 +27,7 @@
 #      (18, when 17 is tested too) pg_upgrade 17 -> 18 after a lead (tests/upgrade/pg_upgrade.sh)
 #   8. the client tests (tests/clients): node-postgres, Prisma 7, TypeORM, Drizzle, Knex, Sequelize,
 #      Kysely, psycopg 3, SQLAlchemy 2 + Alembic, Django, sqlx, Diesel, JDBC and Hibernate 3.6
-#      (pinned from npm, PyPI and crates.io; Debian's jars), as the README's ORM table says
+#      (pinned from npm, PyPI and crates.io; Debian's jars), as docs/orms.md's table says
 #      (15 and 17) the Citus suite (tests/citus): one DEFAULT next_shard_id(seq) on a coordinator
 #      and 3 workers, ids through every path where Citus evaluates it, none repeated;
 #      shard_id_check() on the coordinator, healthy and with each Citus check made to fail
@@ -122,6 +125,9 @@ for version in $PG_VERSIONS; do
     every_stage && stage "PostgreSQL $PG_MAJOR: pgrx tests" pgrx_tests
     stage "PostgreSQL $PG_MAJOR: installing the test build for the SQL-level suites" install_test_build
     stage "PostgreSQL $PG_MAJOR: pg_regress suite" bash scripts/regress.sh
+    # (the oldest only: the masking page uses pgcrypto, and the README shows a plan of 15's)
+    [ "$PG_MAJOR" = "$oldest" ] && stage "PostgreSQL $PG_MAJOR: the documentation (mkdocs build --strict, every SQL example of README.md and docs/ run)" \
+        bash tests/docs/run.sh
     stage "PostgreSQL $PG_MAJOR: cluster tests" bash tests/cluster/run.sh
     every_stage && stage "PostgreSQL $PG_MAJOR: the guarantee under attack (scenarios, seeded lifecycle fuzzer)" \
         bash tests/guarantee/run.sh

@@ -5,7 +5,7 @@
 # Alembic and Django (python/, pytest), sqlx and Diesel (rust/, cargo test, its own Cargo project),
 # JDBC and Hibernate 3.6 (java/, Debian's jars). Each suite gets a database of its own. The server logs every
 # statement (SERVER_LOG): the ORM tests read it to check that no INSERT sends an id. What they check is what the
-# README's "Ids in JavaScript and JSON" and "ORMs and migrations" say.
+# docs/javascript.md and docs/orms.md say.
 #
 # Packages: npm ci into tests/clients/node_modules (package-lock.json), pip into a virtualenv in
 # target/clients/venv (requirements.txt), reused while requirements.txt is unchanged; crates by
@@ -22,7 +22,7 @@ ensure_venv "$VENV" "$HERE/requirements.txt"
 
 start_cluster clients yes "fsync = off" "log_statement = 'all'"
 export SERVER_LOG="$PGHOST/server.log"
-# a mask key for the masked-shortcode test, owner-only in the data directory (README, masked ids)
+# a mask key for the masked-shortcode test, owner-only in the data directory (docs/masking.md)
 as_pg sh -c "umask 077 && printf 'key 1 %s\ncurrent 1\n' '$(printf '5a%.0s' $(seq 32))' > '$PGHOST/data/pg_shard_id.keys'"
 suite() { # suite NAME COMMAND...: runs COMMAND against a new database NAME with the extension
     local name="$1"

@@ -1,4 +1,4 @@
--- Masked public ids (README, "Public ids that reveal nothing"): FF1-AES-256 with the keys of the
+-- Masked public ids (docs/masking.md): FF1-AES-256 with the keys of the
 -- file pg_shard_id.keys in the data directory.
 -- Without a key file: a clear error, never an identity mapping.
 SELECT shard_id_mask(42);

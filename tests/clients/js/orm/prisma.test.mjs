@@ -10,7 +10,7 @@
 // "Error: request to https://binaries.prisma.sh/.../schema-engine.gz.sha256 failed, reason:
 // getaddrinfo ENOTFOUND"). So the schema is made with SQL, as the migration would have to be
 // anyway: Prisma has no sequences in its schema language, so a generated migration has no
-// CREATE SEQUENCE and fails with 42P01 until it is added by hand (README, "ORMs and migrations").
+// CREATE SEQUENCE and fails with 42P01 until it is added by hand (docs/orms.md).
 // `prisma generate` needs no engine, only the CLI insists on finding the binary first:
 // PRISMA_SCHEMA_ENGINE_BINARY pointing at any existing file stops the download (generate never runs it).
 import { test, before, after } from 'node:test';
