@@ -192,6 +192,11 @@ mod tests {
     #[pg_test]
     fn a_first_id_records_this_server_and_only_the_extension_may() {
         run("CREATE SEQUENCE origin_pg_test");
+        // The record takes the origin table's lock only if it is free, and leaves the record to
+        // the next transaction otherwise (an insert never waits for the extension's bookkeeping);
+        // the other #[pg_test]s run at the same time and hold that lock in their open
+        // transactions. Waiting for it here, first, makes this transaction's first id record.
+        run("LOCK TABLE _pg_shard_id.origin IN SHARE UPDATE EXCLUSIVE MODE");
         let _: i64 = one("SELECT next_shard_id('origin_pg_test', 1)");
         assert!(one::<bool>(
             "SELECT count(*) >= 1 FROM _pg_shard_id.origin o, pg_shard_id_info() i \
