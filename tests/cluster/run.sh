@@ -394,16 +394,16 @@ test_health_check() {
         "$(q -c "SELECT status || ' ' || (detail ~ 't.id \(no btree index has it as first column\) may hold rows whose newest id no index can read') FROM shard_id_check() WHERE \"check\" = 'data_floor'")" "warning true"
     q -c "CREATE INDEX t_id ON t (id)"
     check "health: a healthy server" "$(statuses)" \
-        "citus=skipped clock=ok data_floor=ok epoch=ok lease=ok preload=ok publication=ok replication=ok shard_numbers=ok"
+        "citus=skipped clock=ok data_floor=ok epoch=ok lease=ok mask_keys=skipped preload=ok publication=ok replication=ok shard_numbers=ok"
     check "stats: 1000 ids of s" "$(q -c "SELECT ids FROM pg_shard_id_stats WHERE sequence = 's'::regclass")" 1000
     q -c "CREATE SEQUENCE s2" -c "CREATE TABLE t2 (id bigint DEFAULT next_shard_id('s2', 1))"
     check "health: shard 1 with two sequences" "$(statuses)" \
-        "citus=skipped clock=ok data_floor=ok epoch=ok lease=ok preload=ok publication=ok replication=ok shard_numbers=warning"
+        "citus=skipped clock=ok data_floor=ok epoch=ok lease=ok mask_keys=skipped preload=ok publication=ok replication=ok shard_numbers=warning"
     q -c "DROP TABLE t2"
     # ids an hour ahead of the clock (the test clock), then the clock back where it was
     q -c "SET pg_shard_id.test_clock_offset_ms = 3600000" -c "INSERT INTO t (id) SELECT next_shard_id('s', 1)"
     check "health: the newest id an hour ahead of the clock" "$(statuses)" \
-        "citus=skipped clock=failed data_floor=ok epoch=ok lease=warning preload=ok publication=ok replication=ok shard_numbers=ok"
+        "citus=skipped clock=failed data_floor=ok epoch=ok lease=warning mask_keys=skipped preload=ok publication=ok replication=ok shard_numbers=ok"
     check "stats: the lead over the clock" \
         "$(q -c "SELECT lead_ms BETWEEN 3500000 AND 3700000 FROM pg_shard_id_stats WHERE sequence = 's'::regclass")" t
     check "health: the clock check names the fix" \
@@ -421,13 +421,13 @@ test_health_check() {
     # (read with the later epoch, the stored ids are months ahead: data_floor says they cannot be
     # a floor, beside the epoch row that says why)
     check "health: a later epoch than the recorded one" "$(statuses)" \
-        "citus=skipped clock=ok data_floor=warning epoch=failed lease=failed preload=ok publication=ok replication=ok shard_numbers=ok"
+        "citus=skipped clock=ok data_floor=warning epoch=failed lease=failed mask_keys=skipped preload=ok publication=ok replication=ok shard_numbers=ok"
     check "health: the epoch check names the recorded epoch to set" \
         "$(q -c "SELECT detail LIKE '%Fix: set pg_shard_id.epoch = ''2026-01-01 00:00:00.000+00''%' FROM shard_id_check() WHERE \"check\" = 'epoch'")" t
     # no shared_preload_libraries: guard mode session
     restart_cluster health "shared_preload_libraries = ''" "pg_shard_id.epoch = '2026-01-01 00:00:00+00'"
     check "health: not preloaded" "$(statuses)" \
-        "citus=skipped clock=ok data_floor=ok epoch=ok lease=skipped preload=failed publication=ok replication=ok shard_numbers=ok"
+        "citus=skipped clock=ok data_floor=ok epoch=ok lease=skipped mask_keys=skipped preload=failed publication=ok replication=ok shard_numbers=ok"
     check "stats: in guard mode session the view says so and shows nothing" \
         "$(q -c "SELECT count(*) FROM pg_shard_id_stats" 2>&1 | tr '\n' ' ')" \
         "NOTICE:  pg_shard_id_stats: guard mode session (pg_shard_id is not in shared_preload_libraries): there is no server-wide guard table to report 0 "
