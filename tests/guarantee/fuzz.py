@@ -384,7 +384,16 @@ class Fuzzer:
             dst.execute("ALTER SUBSCRIPTION fz_sub DISABLE")
             dst.execute("ALTER SUBSCRIPTION fz_sub SET (slot_name = NONE)")
             dst.execute("DROP SUBSCRIPTION fz_sub")
-            src.execute("SELECT pg_drop_replication_slot('fz_sub')")
+            # the source's walsender for the slot ends a moment after the subscription does
+            # (seen on PostgreSQL 18: "replication slot is active for PID ...")
+            def drop_slot():
+                try:
+                    src.execute("SELECT pg_drop_replication_slot('fz_sub')")
+                    return True
+                except psycopg.errors.ObjectInUse:
+                    return False
+            if not wait_for(drop_slot, 30, 0.1):
+                raise RuntimeError("the replication slot fz_sub stayed active for 30 s")
         with self.dst.connect(db) as now_dst:  # (the standby path replaced the destination)
             for t in sc.tables:  # every row arrived (else the scenario tests nothing)
                 if t.shape != "temp_other":
