@@ -33,7 +33,7 @@ use std::sync::atomic::{AtomicI64, AtomicU64, AtomicUsize, Ordering};
 mod data_floor;
 mod owned;
 mod server;
-mod spinlock;
+pub(crate) mod spinlock;
 mod stats;
 pub use owned::OwnedSlotTable;
 pub use stats::SequenceStats;

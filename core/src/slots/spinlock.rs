@@ -8,11 +8,11 @@ use std::sync::atomic::{AtomicU32, Ordering};
 pub struct SpinLock(AtomicU32);
 
 impl SpinLock {
-    pub(super) const fn new() -> Self {
+    pub(crate) const fn new() -> Self {
         SpinLock(AtomicU32::new(0))
     }
 
-    pub(super) fn lock(&self) -> SpinGuard<'_> {
+    pub(crate) fn lock(&self) -> SpinGuard<'_> {
         let mut spins = 0u32;
         loop {
             if self
@@ -35,7 +35,7 @@ impl SpinLock {
     }
 }
 
-pub(super) struct SpinGuard<'a>(&'a SpinLock);
+pub(crate) struct SpinGuard<'a>(&'a SpinLock);
 
 impl Drop for SpinGuard<'_> {
     fn drop(&mut self) {

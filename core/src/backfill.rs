@@ -1,0 +1,409 @@
+//! Reservations for ids at past times (`next_shard_id_at`, issue 37): which of a millisecond's
+//! 1,024 remainders are taken, for one sequence and one shard, shared by every session.
+//!
+//! An id at a past millisecond `ms` of shard `s` is `ms | s | r`: the DEFAULT's guard left that
+//! millisecond behind long ago, so the only ids that can equal it are the ones already **stored**
+//! (the indexes of the sequence's columns say which remainders: the extension reads them) and the
+//! ones other calls **handed out** and not yet stored. This table records the second kind, per
+//! (sequence, shard, millisecond), in a fixed block of memory (shared memory in the extension):
+//!
+//! * An entry holds `used` (remainders stored when it was filled, and every one handed out since)
+//!   and `handed` (the ones handed out), and the newest transaction that took one.
+//! * **The entry is made before the indexes are read.** A call that finds no entry claims one,
+//!   leaves the table's lock, reads the indexes and [`fill`](Reservations::fill)s it; a call that
+//!   finds it unfilled reads them too (no call waits for another). So every remainder is either
+//!   in the entry or was stored before the entry existed, which the read sees.
+//! * **An entry is evicted only when nothing it protects can be lost**: nothing was handed out,
+//!   or every transaction that took from it has ended (its newest taker precedes the oldest
+//!   running transaction: the ids were stored and committed, or are void), or every remainder
+//!   it handed out is stored now ([`evict_if_stored`](Reservations::evict_if_stored), after the
+//!   caller read the indexes again). An id that a transaction takes and stores only in a *later*
+//!   transaction is protected only until the entry is evicted: store it where you draw it.
+//! * Entries live in buckets of [`WAYS`] (a key's hash names its bucket), so no call reads more
+//!   than [`WAYS`] entries under the lock, whatever the table's size; when a bucket holds only
+//!   entries it may not evict yet, the call gets their keys to check ([`Step::NoRoom`]).
+//!
+//! Plain Rust: no PostgreSQL, tested with `cargo test` (unit and property tests below).
+
+use crate::layout::{SEQ_BITS, SEQ_VALUES};
+use crate::slots::spinlock::SpinLock;
+use crate::slots::SlotKey;
+use std::cell::UnsafeCell;
+
+/// Entries per bucket: what one call reads under the lock.
+pub const WAYS: usize = 8;
+
+/// Entries of the extension's shared table: 4,096 (about 1.2 MB of shared memory). A backfill
+/// that draws ids for more milliseconds than this in one transaction still works as long as it
+/// stores each id right away (`INSERT ... SELECT`, `UPDATE ... SET`): entries whose ids are all
+/// stored are evicted.
+pub const SHARED_ENTRIES: usize = 4096;
+
+const WORDS: usize = (SEQ_VALUES as usize) / 64;
+
+/// A set of remainders (0..1023): one bit each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C)]
+pub struct Remainders([u64; WORDS]);
+
+impl Remainders {
+    pub fn contains(&self, r: u16) -> bool {
+        self.0[usize::from(r) / 64] & (1 << (r % 64)) != 0
+    }
+    pub fn insert(&mut self, r: u16) {
+        debug_assert!(i64::from(r) < SEQ_VALUES);
+        self.0[usize::from(r) / 64] |= 1 << (r % 64);
+    }
+    pub fn union_with(&mut self, other: &Remainders) {
+        self.0.iter_mut().zip(other.0).for_each(|(a, b)| *a |= b);
+    }
+    pub fn is_subset_of(&self, other: &Remainders) -> bool {
+        self.0.iter().zip(other.0).all(|(a, b)| a & !b == 0)
+    }
+    pub fn is_empty(&self) -> bool {
+        self.0.iter().all(|w| *w == 0)
+    }
+    pub fn len(&self) -> usize {
+        self.0.iter().map(|w| w.count_ones() as usize).sum()
+    }
+    /// The first remainder not in the set at or after `start`, wrapping after 1023.
+    pub fn first_free_from(&self, start: u16) -> Option<u16> {
+        let n = SEQ_VALUES as u16;
+        (0..n)
+            .map(|i| (start % n + i) % n)
+            .find(|r| !self.contains(*r))
+    }
+}
+
+impl FromIterator<u16> for Remainders {
+    fn from_iter<I: IntoIterator<Item = u16>>(iter: I) -> Self {
+        let mut set = Remainders::default();
+        iter.into_iter().for_each(|r| set.insert(r));
+        set
+    }
+}
+
+/// The remainder field of an id (its low [`SEQ_BITS`] bits).
+pub fn remainder_of(id: i64) -> u16 {
+    (id & ((1 << SEQ_BITS) - 1)) as u16
+}
+
+/// One millisecond of one shard of one sequence.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(C)]
+pub struct MsKey {
+    /// The sequence's slot key (database and sequence oids).
+    pub sequence: SlotKey,
+    pub shard: u16,
+    /// Milliseconds since the epoch.
+    pub ms: i64,
+}
+
+impl MsKey {
+    fn bucket(&self, buckets: usize) -> usize {
+        // FNV-1a over the fields: cheap, and spreads consecutive milliseconds over buckets
+        let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+        for byte in self
+            .sequence
+            .to_le_bytes()
+            .into_iter()
+            .chain(self.shard.to_le_bytes())
+            .chain(self.ms.to_le_bytes())
+        {
+            h = (h ^ u64::from(byte)).wrapping_mul(0x100_0000_01b3);
+        }
+        (h % buckets as u64) as usize
+    }
+}
+
+/// Where an entry was, when the lock was let go: it is still the same entry if its generation is.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ticket {
+    slot: usize,
+    generation: u64,
+}
+
+/// What [`Reservations::reserve`] says.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Step {
+    /// This remainder is the caller's.
+    Reserved(u16),
+    /// Nobody has read yet which remainders the indexes hold: read them for the key, then
+    /// [`Reservations::fill`] and ask again.
+    Fill(Ticket),
+    /// Every remainder of the millisecond is used: ask for the next millisecond.
+    MillisecondFull,
+    /// An entry must be evicted and none may be without knowing the oldest running transaction:
+    /// ask again with it.
+    NeedOldestRunning,
+    /// Every entry of the key's bucket protects ids of running transactions: read which of their
+    /// remainders are stored now, [`Reservations::evict_if_stored`] each, and ask again.
+    NoRoom(Vec<(Ticket, MsKey)>),
+}
+
+#[derive(Clone, Copy, Default)]
+#[repr(C)]
+struct Entry {
+    key: MsKey,
+    in_use: bool,
+    filled: bool,
+    generation: u64,
+    /// Remainders stored when filled, and every one handed out since.
+    used: Remainders,
+    handed: Remainders,
+    /// The newest (64-bit) transaction id that took a remainder; 0: none.
+    newest_taker: u64,
+    last_use: u64,
+}
+
+#[repr(C)]
+struct Inner<const N: usize> {
+    tick: u64,
+    evictions: u64,
+    entries: [Entry; N],
+}
+
+/// The reservation table: `N` entries in buckets of [`WAYS`], behind one spinlock. All zero bytes
+/// is an empty table, so shared memory needs no other initialisation.
+#[repr(C)]
+pub struct Reservations<const N: usize> {
+    lock: SpinLock,
+    inner: UnsafeCell<Inner<N>>,
+}
+
+// SAFETY: `inner` is only touched with `lock` held.
+unsafe impl<const N: usize> Sync for Reservations<N> {}
+
+/// The extension's table.
+pub type SharedReservations = Reservations<SHARED_ENTRIES>;
+
+impl<const N: usize> Reservations<N> {
+    const BUCKETS: usize = {
+        assert!(N >= WAYS && N.is_multiple_of(WAYS));
+        N / WAYS
+    };
+
+    /// An empty table on the heap (tests, and a session without shared memory).
+    pub fn new_boxed() -> Box<Self> {
+        // SAFETY: all zero bytes is a valid, empty table (see the type's documentation).
+        unsafe { Box::<Self>::new_zeroed().assume_init() }
+    }
+
+    /// # Safety
+    /// `mem` points to `size_of::<Self>()` bytes, aligned for `Self`, that were all zero when
+    /// first used, and that live as long as the reference is used.
+    pub unsafe fn attach<'a>(mem: *mut u8) -> &'a Self {
+        // SAFETY: the caller's contract.
+        unsafe { &*mem.cast::<Self>() }
+    }
+
+    fn with<R>(&self, f: impl FnOnce(&mut Inner<N>) -> R) -> R {
+        let _guard = self.lock.lock();
+        // SAFETY: the lock is held, so no other reference to `inner` exists.
+        f(unsafe { &mut *self.inner.get() })
+    }
+
+    /// Reserves a remainder of `key` for transaction `taker` (a 64-bit transaction id, never 0),
+    /// the first free one at or after `start` (wrapping). `oldest_running`: the oldest 64-bit
+    /// transaction id still running, when the caller knows it (an eviction needs it).
+    pub fn reserve(&self, key: MsKey, start: u16, taker: u64, oldest_running: Option<u64>) -> Step {
+        debug_assert!(taker != 0);
+        self.with(|t| {
+            t.tick += 1;
+            let tick = t.tick;
+            let first = key.bucket(Self::BUCKETS) * WAYS;
+            let bucket = first..first + WAYS;
+            let slot = match bucket
+                .clone()
+                .find(|&i| t.entries[i].in_use && t.entries[i].key == key)
+            {
+                Some(slot) => slot,
+                None => {
+                    // a free entry, else the least recently used one that may be evicted
+                    let free = bucket.clone().find(|&i| !t.entries[i].in_use);
+                    let slot = match free {
+                        Some(slot) => slot,
+                        None => {
+                            let evictable = |e: &Entry| {
+                                e.handed.is_empty()
+                                    || oldest_running.is_some_and(|o| e.newest_taker < o)
+                            };
+                            let victim = bucket
+                                .clone()
+                                .filter(|&i| evictable(&t.entries[i]))
+                                .min_by_key(|&i| t.entries[i].last_use);
+                            match victim {
+                                Some(slot) => {
+                                    t.evictions += 1;
+                                    slot
+                                }
+                                None if oldest_running.is_none() => return Step::NeedOldestRunning,
+                                None => {
+                                    let mut held: Vec<usize> = bucket.clone().collect();
+                                    held.sort_by_key(|&i| t.entries[i].last_use);
+                                    return Step::NoRoom(
+                                        held.into_iter()
+                                            .map(|i| {
+                                                let e = &t.entries[i];
+                                                (
+                                                    Ticket {
+                                                        slot: i,
+                                                        generation: e.generation,
+                                                    },
+                                                    e.key,
+                                                )
+                                            })
+                                            .collect(),
+                                    );
+                                }
+                            }
+                        }
+                    };
+                    let e = &mut t.entries[slot];
+                    *e = Entry {
+                        key,
+                        in_use: true,
+                        generation: e.generation + 1,
+                        last_use: tick,
+                        ..Entry::default()
+                    };
+                    slot
+                }
+            };
+            let e = &mut t.entries[slot];
+            e.last_use = tick;
+            if !e.filled {
+                return Step::Fill(Ticket {
+                    slot,
+                    generation: e.generation,
+                });
+            }
+            match e.used.first_free_from(start) {
+                None => Step::MillisecondFull,
+                Some(r) => {
+                    e.used.insert(r);
+                    e.handed.insert(r);
+                    e.newest_taker = e.newest_taker.max(taker);
+                    Step::Reserved(r)
+                }
+            }
+        })
+    }
+
+    /// Records what the indexes hold (`stored`, read after the entry of `ticket` was made) in the
+    /// entry of `key`; `false` when it was evicted meanwhile (ask again).
+    pub fn fill(&self, ticket: Ticket, key: MsKey, stored: &Remainders) -> bool {
+        self.with(|t| {
+            let e = &mut t.entries[ticket.slot];
+            let same = e.in_use && e.generation == ticket.generation && e.key == key;
+            if same {
+                e.used.union_with(stored);
+                e.filled = true;
+            }
+            same
+        })
+    }
+
+    /// Evicts the entry of `ticket` if every remainder it handed out is in `stored` (read from the
+    /// indexes after [`Step::NoRoom`] named it). `true` when it was evicted, or is gone already.
+    pub fn evict_if_stored(&self, ticket: Ticket, key: MsKey, stored: &Remainders) -> bool {
+        self.with(|t| {
+            let e = &mut t.entries[ticket.slot];
+            if !(e.in_use && e.generation == ticket.generation && e.key == key) {
+                return true;
+            }
+            if !e.handed.is_subset_of(stored) {
+                return false;
+            }
+            e.in_use = false;
+            e.generation += 1;
+            t.evictions += 1;
+            true
+        })
+    }
+
+    /// (entries in use, evictions so far)
+    pub fn usage(&self) -> (usize, u64) {
+        self.with(|t| (t.entries.iter().filter(|e| e.in_use).count(), t.evictions))
+    }
+}
+
+/// What [`draw`] needs from the database.
+pub trait Database {
+    type Error;
+    /// The remainders of `key`'s millisecond and shard stored now in every column that holds ids
+    /// of `key`'s sequence, counting rows being inserted or deleted by running transactions.
+    fn stored(&mut self, key: MsKey) -> Result<Remainders, Self::Error>;
+    /// The oldest 64-bit transaction id still running (the next one to be assigned when none).
+    fn oldest_running(&mut self) -> u64;
+}
+
+/// Why [`draw`] gave no id.
+#[derive(Debug, PartialEq, Eq)]
+pub enum DrawError<E> {
+    /// Reading the indexes failed (a column that cannot be read, a lock).
+    Database(E),
+    /// Every remainder of every millisecond up to the last one allowed is used.
+    PastLastMs,
+    /// Every entry the key could take holds ids that running transactions have not stored yet.
+    NoRoom,
+}
+
+/// How many times [`draw`] may find its entry evicted under it before it gives up (each time
+/// another call took the entry's place: only thousands of calls at once could do that).
+const MAX_RETRIES: u32 = 1000;
+
+/// Draws an id's millisecond and remainder for transaction `taker`: the first free remainder at
+/// or after `start` of `key`'s millisecond, or of the first later millisecond with one, up to
+/// `last_ms`. The one way the extension uses the table: plain Rust, so that the property tests
+/// below run exactly this.
+pub fn draw<const N: usize, D: Database>(
+    table: &Reservations<N>,
+    mut key: MsKey,
+    start: u16,
+    taker: u64,
+    last_ms: i64,
+    db: &mut D,
+) -> Result<(i64, u16), DrawError<D::Error>> {
+    let mut oldest = None;
+    let mut retries = 0;
+    loop {
+        if key.ms > last_ms {
+            return Err(DrawError::PastLastMs);
+        }
+        match table.reserve(key, start, taker, oldest) {
+            Step::Reserved(r) => return Ok((key.ms, r)),
+            Step::MillisecondFull => key.ms += 1,
+            Step::Fill(ticket) => {
+                let stored = db.stored(key).map_err(DrawError::Database)?;
+                if !table.fill(ticket, key, &stored) {
+                    retries += 1;
+                }
+            }
+            Step::NeedOldestRunning => oldest = Some(db.oldest_running()),
+            Step::NoRoom(held) => {
+                let mut evicted = false;
+                for (ticket, held_key) in held {
+                    // (a column of another sequence that cannot be read keeps its entry)
+                    let Ok(stored) = db.stored(held_key) else {
+                        continue;
+                    };
+                    if table.evict_if_stored(ticket, held_key, &stored) {
+                        evicted = true;
+                        break;
+                    }
+                }
+                if !evicted {
+                    return Err(DrawError::NoRoom);
+                }
+                retries += 1;
+            }
+        }
+        if retries > MAX_RETRIES {
+            return Err(DrawError::NoRoom);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;
