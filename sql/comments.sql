@@ -67,3 +67,5 @@ COMMENT ON FUNCTION shard_id_unmask_shortcode(text, text) IS
     'The id of a masked shortcode, with the key it names. EXECUTE: shard_id_masker.';
 COMMENT ON FUNCTION shard_id_mask_keys_record() IS
     'Records the check value of every key of pg_shard_id.keys that has none (superuser); a key id whose key then differs is refused.';
+COMMENT ON FUNCTION next_shard_id_at(regclass, integer, timestamptz) IS
+    'An id of the sequence and shard at a past time (at least 1 second ago), for history, imports and converting keys: in that millisecond or the first later one with a free remainder, equal to no id stored in a column whose DEFAULT draws from the sequence, nor to one another session holds. Needs shared_preload_libraries.';

@@ -78,3 +78,10 @@ COMMENT ON FUNCTION shard_id_mask_keys_record() IS
     'Records the check value of every key of pg_shard_id.keys that has none (superuser); a key id whose key then differs is refused.';
 COMMENT ON FUNCTION shard_id_check() IS
     'Checks the setup (preload, lease, epoch, clock, shard numbers, data floor, replication, publications, mask keys, Citus nodes); each row that is not ok says what to fix.';
+
+-- next_shard_id_at (issue 37): ids at past times
+CREATE FUNCTION next_shard_id_at("seq" regclass, "shard" integer, "ts" timestamptz) RETURNS bigint
+    VOLATILE STRICT PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_at_wrapper';
+COMMENT ON FUNCTION next_shard_id_at(regclass, integer, timestamptz) IS
+    'An id of the sequence and shard at a past time (at least 1 second ago), for history, imports and converting keys: in that millisecond or the first later one with a free remainder, equal to no id stored in a column whose DEFAULT draws from the sequence, nor to one another session holds. Needs shared_preload_libraries.';

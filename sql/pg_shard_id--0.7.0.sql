@@ -15,6 +15,15 @@ CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/backfill.rs:61
+-- pg_shard_id::backfill::next_shard_id_at
+
+CREATE FUNCTION next_shard_id_at("seq" regclass, "shard" integer, "ts" timestamptz) RETURNS bigint
+    VOLATILE STRICT PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_at_wrapper';
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/generate.rs:131
 -- pg_shard_id::generate::next_shard_id_for_node
 
@@ -42,7 +51,26 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:53
+-- src/lib.rs:48
+-- requires:
+--   info::pg_shard_id_info
+
+-- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
+DO $$
+BEGIN
+    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
+        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
+        -- for this statement only, so that the NOTICE reaches the user.
+        PERFORM set_config('client_min_messages', 'notice', true);
+        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
+            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
+    END IF;
+END
+$$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/lib.rs:54
 -- requires:
 --   info::pg_shard_id_info
 
@@ -122,25 +150,6 @@ REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:47
--- requires:
---   info::pg_shard_id_info
-
--- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
-DO $$
-BEGIN
-    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
-        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
-        -- for this statement only, so that the NOTICE reaches the user.
-        PERFORM set_config('client_min_messages', 'notice', true);
-        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
-            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
-    END IF;
-END
-$$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/stats.rs:37
 -- pg_shard_id::stats::pg_shard_id_stats
 CREATE  FUNCTION "pg_shard_id_stats"() RETURNS TABLE (
@@ -170,7 +179,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_stats_reset_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:59
+-- src/lib.rs:60
 -- requires:
 --   stats::pg_shard_id_stats
 --   stats::pg_shard_id_stats_reset
@@ -735,7 +744,7 @@ REVOKE EXECUTE ON FUNCTION shard_id_mask_keys_record() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:65
+-- src/lib.rs:66
 -- finalize
 -- One COMMENT per SQL function (\df+ and pgAdmin show them). A pg_test checks that none is missing.
 COMMENT ON FUNCTION next_shard_id(regclass, integer) IS
@@ -806,5 +815,7 @@ COMMENT ON FUNCTION shard_id_unmask_shortcode(text, text) IS
     'The id of a masked shortcode, with the key it names. EXECUTE: shard_id_masker.';
 COMMENT ON FUNCTION shard_id_mask_keys_record() IS
     'Records the check value of every key of pg_shard_id.keys that has none (superuser); a key id whose key then differs is refused.';
+COMMENT ON FUNCTION next_shard_id_at(regclass, integer, timestamptz) IS
+    'An id of the sequence and shard at a past time (at least 1 second ago), for history, imports and converting keys: in that millisecond or the first later one with a free remainder, equal to no id stored in a column whose DEFAULT draws from the sequence, nor to one another session holds. Needs shared_preload_libraries.';
 /* </end connected objects> */
 

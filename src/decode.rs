@@ -29,7 +29,7 @@ fn epoch_arg(epoch: TimestampWithTimeZone) -> i64 {
 }
 
 /// Milliseconds since `epoch_ms` of `ts`, rounded down (`ceil = false`) or up.
-fn ms_since_epoch(ts: TimestampWithTimeZone, epoch_ms: i64, ceil: bool) -> i64 {
+pub(crate) fn ms_since_epoch(ts: TimestampWithTimeZone, epoch_ms: i64, ceil: bool) -> i64 {
     let micros = i64::from(ts);
     let unix_ms = if !ts.is_finite() {
         None

@@ -7,6 +7,7 @@
 use pgrx::prelude::*;
 
 mod adopt;
+mod backfill;
 mod check;
 mod clock;
 mod data_floor;

@@ -14,6 +14,7 @@
 //! the hooks below request and initialise the memory themselves, as pg_stat_statements does.
 
 use crate::settings;
+use pg_shard_id_core::backfill::SharedReservations;
 use pg_shard_id_core::slots::{OwnedSlotTable, SlotTable};
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -25,6 +26,8 @@ use std::sync::OnceLock;
 
 /// The cluster-wide table's memory (null: none, guard mode `session`).
 static SHARED_TABLE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+/// `next_shard_id_at`'s reservations (null: none, the library was not preloaded).
+static RESERVATIONS: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// Set in `_PG_init` when loaded from `shared_preload_libraries`.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
@@ -60,6 +63,15 @@ pub fn shared_table() -> Option<SlotTable> {
     // SAFETY: a non-null `mem` was laid out by `SlotTable::init_in` in shared memory, which lives
     // as long as the server.
     (!mem.is_null()).then(|| unsafe { SlotTable::attach(mem) })
+}
+
+/// The cluster-wide reservations of `next_shard_id_at` (`crate::backfill`), if the library was
+/// preloaded. There is no per-session form: reservations that other sessions cannot see would
+/// not keep two sessions' ids apart.
+pub fn reservations() -> Option<&'static SharedReservations> {
+    let mem = RESERVATIONS.load(Ordering::Acquire);
+    // SAFETY: a non-null `mem` is zeroed shared memory of the right size, made at start-up.
+    (!mem.is_null()).then(|| unsafe { SharedReservations::attach(mem) })
 }
 
 /// The per-session table, if this backend made one. Never calls into PostgreSQL.
@@ -149,7 +161,10 @@ fn table_bytes() -> usize {
 /// before PostgreSQL 15).
 unsafe fn request_shared_memory() {
     // SAFETY: see the function's contract.
-    unsafe { pg_sys::RequestAddinShmemSpace(table_bytes()) };
+    unsafe {
+        pg_sys::RequestAddinShmemSpace(table_bytes());
+        pg_sys::RequestAddinShmemSpace(std::mem::size_of::<SharedReservations>());
+    }
 }
 
 #[cfg(not(feature = "pg14"))]
@@ -202,6 +217,19 @@ unsafe extern "C-unwind" fn shmem_startup() {
             }
         }
         SHARED_TABLE.store(mem, Ordering::Release);
+        let size = std::mem::size_of::<SharedReservations>();
+        let mem = pg_sys::ShmemInitStruct(c"pg_shard_id backfill".as_ptr(), size, &mut found)
+            .cast::<u8>();
+        assert_eq!(
+            mem as usize % std::mem::align_of::<SharedReservations>(),
+            0,
+            "shared memory is not aligned"
+        );
+        if !found {
+            // all zero bytes: an empty table
+            std::ptr::write_bytes(mem, 0, size);
+        }
+        RESERVATIONS.store(mem, Ordering::Release);
         pg_sys::LWLockRelease(addin_shmem_init_lock());
     }
 }

@@ -34,6 +34,52 @@ mod tests {
             .expect("NULL")
     }
 
+    /// `next_shard_id_at` (issue 37): ids in the asked millisecond that step over the stored ones
+    /// and each other within one statement, spilling forward when the millisecond is full; each
+    /// error's SQLSTATE, with nothing stored.
+    #[pg_test]
+    fn ids_at_past_times_step_over_stored_ids_and_spill_forward() {
+        run("CREATE SEQUENCE at_seq; \
+             CREATE TABLE at_t (id bigint PRIMARY KEY DEFAULT next_shard_id('at_seq', 7))");
+        // three remainders stored by hand at the millisecond
+        run("INSERT INTO at_t SELECT shard_id_compose('2026-04-01+00', 7, r) FROM unnest('{0,5,1023}'::int[]) r");
+        run("INSERT INTO at_t SELECT next_shard_id_at('at_seq', 7, '2026-04-01+00') FROM generate_series(1, 1030)");
+        let at_ms: i64 =
+            one("SELECT count(*) FROM at_t WHERE shard_id_extract_timestamp(id) = '2026-04-01+00'");
+        let next_ms: i64 = one(
+            "SELECT count(*) FROM at_t WHERE shard_id_extract_timestamp(id) = '2026-04-01 00:00:00.001+00'",
+        );
+        assert_eq!((at_ms, next_ms), (1024, 9));
+        assert!(one::<bool>(
+            "SELECT bool_and(shard_id_extract_shard(id) = 7) FROM at_t"
+        ));
+        for (sql, state) in [
+            (
+                "SELECT next_shard_id_at('at_seq', 8192, '2026-04-01')",
+                "22003",
+            ),
+            (
+                "SELECT next_shard_id_at('at_seq', 7, '2025-12-31')",
+                "22008",
+            ),
+            ("SELECT next_shard_id_at('at_seq', 7, 'infinity')", "22008"),
+            (
+                "SELECT next_shard_id_at('at_seq', 7, clock_timestamp())",
+                "22023",
+            ),
+            ("SELECT next_shard_id_at('at_t', 7, '2026-04-01')", "42809"),
+        ] {
+            assert_eq!(sqlstate_of(sql), state, "{sql}");
+        }
+        run("CREATE SEQUENCE at_other");
+        assert_eq!(
+            sqlstate_of("SELECT next_shard_id_at('at_other', 7, '2026-04-01')"),
+            "55000",
+            "no column draws from it"
+        );
+        assert_eq!(one::<i64>("SELECT count(*) FROM at_t"), 1033);
+    }
+
     /// Masked ids: each error's SQLSTATE, in one backend (the keys are read once per backend; a
     /// failed read is not kept). The key file is written by the server's OS user through COPY TO
     /// PROGRAM, owner-only (tests/pg_regress/sql/mask.sql has the rest: rotation, a generated

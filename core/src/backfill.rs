@@ -328,6 +328,12 @@ impl<const N: usize> Reservations<N> {
     }
 }
 
+/// The 64-bit form of `xid`, a 32-bit transaction id at or before the next one to be assigned
+/// (`next_full`, 64-bit): transactions running now are less than 2^31 ids old.
+pub fn widen_xid(next_full: u64, xid: u32) -> u64 {
+    next_full.saturating_sub(u64::from((next_full as u32).wrapping_sub(xid)))
+}
+
 /// What [`draw`] needs from the database.
 pub trait Database {
     type Error;

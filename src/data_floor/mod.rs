@@ -52,7 +52,7 @@ mod columns;
 mod read;
 
 pub use columns::{columns_of, CannotTell, Column};
-pub use read::{newest_in, Newest};
+pub use read::{newest_in, remainders_in, Newest};
 
 use crate::errors::relation_name;
 use pg_shard_id_core::guard::{FloorRequest, MAX_LEAD_MS};

@@ -209,3 +209,92 @@ unsafe fn read_endpoint(
         newest
     }
 }
+
+/// The remainders (low 10 bits) of every id from `low` to `high` (one millisecond of one shard)
+/// in `column`'s index, for `next_shard_id_at`: every entry counts, whether its row is visible,
+/// being inserted, deleted or dead, without visiting the heap (an entry of a dead row only makes
+/// a remainder look taken). Waits for locks: a backfill is not an insert's first id.
+/// `Err` when the column cannot be read exactly.
+///
+/// # Safety
+/// Call inside a transaction, inside pgrx's guard, with oids from the catalog.
+pub unsafe fn remainders_in(
+    column: &Column,
+    low: i64,
+    high: i64,
+) -> Result<pg_shard_id_core::backfill::Remainders, CannotTell> {
+    use pg_shard_id_core::backfill::{remainder_of, Remainders};
+    let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
+    // SAFETY: the caller's contract. The locks are the planner's (AccessShareLock); they are
+    // kept until the transaction ends, as any reader's are.
+    unsafe {
+        if let Some(why) = column.cannot_tell {
+            return Err(why);
+        }
+        let heap = pg_sys::try_table_open(column.relation, lock);
+        if heap.is_null() {
+            return Ok(Remainders::default());
+        }
+        let Some((index_oid, _)) = column.index else {
+            let empty = is_empty(heap);
+            pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+            return if empty {
+                Ok(Remainders::default())
+            } else {
+                Err(CannotTell::NoIndex)
+            };
+        };
+        let index = pg_sys::index_open(index_oid, lock);
+        let mut snapshot = pg_sys::SnapshotData {
+            snapshot_type: pg_sys::SnapshotType::SNAPSHOT_NON_VACUUMABLE,
+            vistest: pg_sys::GlobalVisTestFor(heap),
+            ..Default::default()
+        };
+        let mut keys = [
+            pg_sys::ScanKeyData::default(),
+            pg_sys::ScanKeyData::default(),
+        ];
+        let bounds = [
+            (pg_sys::BTGreaterEqualStrategyNumber, pg_sys::F_INT8GE, low),
+            (pg_sys::BTLessEqualStrategyNumber, pg_sys::F_INT8LE, high),
+        ];
+        for (key, (strategy, procedure, value)) in keys.iter_mut().zip(bounds) {
+            pg_sys::ScanKeyInit(
+                key,
+                1,
+                strategy as pg_sys::StrategyNumber,
+                pg_sys::RegProcedure::from(procedure),
+                pg_sys::Datum::from(value),
+            );
+        }
+        #[cfg(feature = "pg18")]
+        let scan = pg_sys::index_beginscan(heap, index, &mut snapshot, std::ptr::null_mut(), 2, 0);
+        #[cfg(not(feature = "pg18"))]
+        let scan = pg_sys::index_beginscan(heap, index, &mut snapshot, 2, 0);
+        (*scan).xs_want_itup = true;
+        pg_sys::index_rescan(scan, keys.as_mut_ptr(), 2, std::ptr::null_mut(), 0);
+        let mut found = Remainders::default();
+        while !pg_sys::index_getnext_tid(scan, pg_sys::ScanDirection::ForwardScanDirection)
+            .is_null()
+        {
+            if (*scan).xs_itup.is_null() {
+                continue;
+            }
+            let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
+            let mut nulls = [true; pg_sys::INDEX_MAX_KEYS as usize];
+            pg_sys::index_deform_tuple(
+                (*scan).xs_itup,
+                (*scan).xs_itupdesc,
+                values.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+            );
+            if !nulls[0] {
+                found.insert(remainder_of(values[0].value() as i64));
+            }
+        }
+        pg_sys::index_endscan(scan);
+        pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
+        pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
+        Ok(found)
+    }
+}

@@ -13,23 +13,6 @@ from pgcluster import Cluster, wait_for
 MINUTE_MS = 60_000
 
 
-@pytest.fixture(scope="module")
-def cluster():
-    c = Cluster("guarantee")
-    yield c
-    c.destroy()
-
-
-@pytest.fixture
-def db(cluster, request):
-    """A new database with the extension, named after the test."""
-    name = "g_" + request.node.name.lower().replace("[", "_").replace("]", "").replace("-", "_")[:50]
-    cluster.sql(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
-    cluster.sql(f"CREATE DATABASE {name}")
-    cluster.sql("SET client_min_messages = warning; CREATE EXTENSION pg_shard_id", name)
-    return name
-
-
 def lead_ms(conn, id_sql):
     """How far ahead of the clock (ms) the id is."""
     return ts_lead_ms(conn, f"shard_id_extract_timestamp(({id_sql}))")

@@ -269,3 +269,15 @@ fn remainders_wrap_and_spill() {
     assert_eq!(full.first_free_from(0), None);
     assert!(set.is_subset_of(&full) && !full.is_subset_of(&set));
 }
+
+#[test]
+fn transaction_ids_widen_across_an_epoch() {
+    assert_eq!(widen_xid(1000, 990), 990);
+    assert_eq!(widen_xid(1000, 1000), 1000);
+    // the next id is past a wraparound, the oldest running one before it
+    let next = (3u64 << 32) | 5;
+    assert_eq!(
+        widen_xid(next, u32::MAX - 1),
+        (2u64 << 32) | u64::from(u32::MAX - 1)
+    );
+}

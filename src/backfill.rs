@@ -1,0 +1,232 @@
+//! `next_shard_id_at`: unique ids at past times, for history, imports and converting a table's
+//! keys (issue 37). The reservation logic is plain Rust (`pg_shard_id_core::backfill`); this
+//! module gives it the database: the sequence's columns and their indexes, transaction ids, the
+//! clock, privileges and errors.
+//!
+//! Why an id at a past millisecond is unique:
+//! * **Against the DEFAULT's ids**: the time must be at least [`LIVE_MARGIN_MS`] before the
+//!   clock. The DEFAULT never issues an id behind the clock at its draw, and stores it in the same
+//!   statement microseconds later, so every DEFAULT id of that millisecond is already in an index.
+//! * **Against stored ids**: the remainders of that millisecond and shard in the index of every
+//!   column whose DEFAULT draws from the sequence (the data floor's columns) are read, counting
+//!   rows being inserted, deleted or dead. A column no index can read exactly is refused.
+//! * **Against other calls**, in any session: the shared reservations (`pg_shard_id_core::backfill`).
+
+use crate::data_floor::{columns_of, remainders_in, Column};
+use crate::decode::ms_since_epoch;
+use crate::errors;
+use crate::{clock, settings, shmem};
+use pg_shard_id_core::backfill::{draw, widen_xid, Database, DrawError, MsKey, Remainders};
+use pg_shard_id_core::layout::{check_shard, compose, seq_field, IdParts, LayoutError};
+use pg_shard_id_core::slots::{sequence_of, slot_key};
+use pg_shard_id_core::time::format_unix_ms;
+use pgrx::pg_sys::panic::ErrorReport;
+use pgrx::prelude::*;
+use std::cell::RefCell;
+
+/// How far behind the clock the newest time `next_shard_id_at` accepts is: 1 second. Ids from
+/// then on belong to the DEFAULT.
+pub const LIVE_MARGIN_MS: i64 = 1_000;
+
+unsafe extern "C-unwind" {
+    fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
+}
+
+/// An id of sequence `seq` and logical shard `shard` at time `ts` (a time at least 1 second in
+/// the past), unique by construction: for history, imports and converting a table's keys.
+///
+/// ```sql
+/// next_shard_id_at(seq regclass, shard integer, ts timestamptz) RETURNS bigint
+///     VOLATILE STRICT PARALLEL UNSAFE
+/// ```
+///
+/// The id is in `ts`'s millisecond, or the first later one with a free remainder when all 1,024
+/// of it are taken (never earlier). It equals no id stored in a column whose DEFAULT draws from
+/// `seq` (read from their indexes), none the DEFAULT issues, and none another call hands out in
+/// any session while the transaction that drew it runs. Store the id in the transaction that
+/// draws it, in one of those columns. The remainder search starts at `nextval(seq) % 1024`, so
+/// the sequence's privileges apply.
+///
+/// ```sql
+/// INSERT INTO photos (id, url, created_at)
+/// SELECT next_shard_id_at('photos_id_seq', 5, created_at), url, created_at FROM old_photos;
+/// ```
+///
+/// Errors: 22003 for a shard outside 0..8191; 22008 for a time before the epoch, past the
+/// horizon, or infinite; 22023 for a time less than 1 second before the clock; whatever
+/// `nextval(seq)` raises (42809, 42501, 25006, 2200H); 55000 without `shared_preload_libraries`,
+/// when no column draws from `seq`, or when one cannot be read exactly (named, with why); 54000
+/// when every remainder up to 1 second ago is taken, or the shared reservations are all held by
+/// transactions that have not stored their ids.
+#[pg_extern(sql = r#"
+CREATE FUNCTION next_shard_id_at("seq" regclass, "shard" integer, "ts" timestamptz) RETURNS bigint
+    VOLATILE STRICT PARALLEL UNSAFE
+    LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_at_wrapper';
+"#)]
+fn next_shard_id_at(seq: pg_sys::Oid, shard: i32, ts: TimestampWithTimeZone) -> i64 {
+    let epoch = settings::epoch_unix_ms();
+    let shard = check_shard(i64::from(shard)).unwrap_or_else(|e| errors::raise(e, epoch));
+    let ms = ms_since_epoch(ts, epoch, false);
+    if ms < 0 {
+        errors::raise(LayoutError::BeforeEpoch(ms), epoch);
+    }
+    let last_ms = clock::now_since_epoch(epoch) - LIVE_MARGIN_MS;
+    if ms > last_ms {
+        ErrorReport::new(
+            PgSqlErrorCode::ERRCODE_INVALID_PARAMETER_VALUE,
+            "pg_shard_id: next_shard_id_at takes times at least 1 second in the past",
+            "pg_shard_id",
+        )
+        .set_detail(format!(
+            "It was given {}; the clock reads {}.",
+            format_unix_ms(ms + epoch),
+            format_unix_ms(last_ms + LIVE_MARGIN_MS + epoch)
+        ))
+        .set_hint(
+            "Ids from 1 second ago on belong to the DEFAULT next_shard_id(seq, shard): use it for \
+             rows made now.",
+        )
+        .report(PgLogLevel::ERROR);
+    }
+    let Some(table) = shmem::reservations() else {
+        errors::raise_with_hint(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            "pg_shard_id: next_shard_id_at needs pg_shard_id in shared_preload_libraries".into(),
+            "Its reservations are shared by every session; without them two sessions could \
+             hand out the same id. Add pg_shard_id to shared_preload_libraries and restart.",
+        );
+    };
+    // SAFETY: PostgreSQL's own function (see crate::generate); inside pgrx's guard, its ERRORs
+    // are caught and re-raised at the boundary.
+    let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };
+    // SAFETY: backend globals; the transaction id is assigned here if the transaction has none
+    // (nextval has just written, so this is a read-write transaction).
+    let (database, taker) = unsafe { (pg_sys::MyDatabaseId, pg_sys::GetTopFullTransactionId()) };
+    let key = MsKey {
+        sequence: slot_key(database.to_u32(), seq.to_u32()),
+        shard: shard as u16,
+        ms,
+    };
+    let start = seq_field(value) as u16;
+    let mut db = Indexes;
+    let (ms, remainder) = match draw(table, key, start, taker.value, last_ms, &mut db) {
+        Ok(found) => found,
+        Err(e) => refuse(e, seq, ms, epoch),
+    };
+    let parts = IdParts {
+        ms,
+        shard,
+        seq: i64::from(remainder),
+    };
+    compose(parts).unwrap_or_else(|e| errors::raise(e, epoch))
+}
+
+fn refuse(error: DrawError<String>, seq: pg_sys::Oid, ms: i64, epoch: i64) -> ! {
+    let name = errors::relation_name(seq);
+    match error {
+        DrawError::Database(why) => errors::raise_with_hint(
+            PgSqlErrorCode::ERRCODE_OBJECT_NOT_IN_PREREQUISITE_STATE,
+            format!("pg_shard_id: next_shard_id_at cannot tell which ids of sequence \"{name}\" are stored: {why}"),
+            "Every column whose DEFAULT draws from the sequence must be readable: a bigint \
+             column whose DEFAULT is the plain next_shard_id call, first in a valid btree index. \
+             shard_id_check() names each column and what to fix.",
+        ),
+        DrawError::PastLastMs => errors::raise_with_hint(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            format!(
+                "pg_shard_id: every id of this shard of sequence \"{name}\" from {} to 1 second \
+                 ago is taken",
+                format_unix_ms(ms + epoch)
+            ),
+            "Each millisecond holds 1,024 ids per shard; spread the rows over other shards.",
+        ),
+        DrawError::NoRoom => errors::raise_with_hint(
+            PgSqlErrorCode::ERRCODE_PROGRAM_LIMIT_EXCEEDED,
+            "pg_shard_id: next_shard_id_at's shared reservations are all held by transactions \
+             that have not stored their ids yet"
+                .into(),
+            "Store each id in the statement that draws it (INSERT ... SELECT, UPDATE ... SET), \
+             or commit in smaller batches.",
+        ),
+    }
+}
+
+/// The indexes of the columns of each sequence, read for `draw`.
+struct Indexes;
+
+impl Database for Indexes {
+    type Error = String;
+
+    fn stored(&mut self, key: MsKey) -> Result<Remainders, String> {
+        let sequence = pg_sys::Oid::from(sequence_of(key.sequence));
+        let low = compose(IdParts {
+            ms: key.ms,
+            shard: i64::from(key.shard),
+            seq: 0,
+        })
+        .map_err(|e| e.to_string())?;
+        let high = low + 1023;
+        with_columns(sequence, |columns| {
+            if columns.is_empty() {
+                return Err(format!(
+                    "no column's DEFAULT draws from it (declare the column the ids go to with \
+                     DEFAULT next_shard_id('{}', shard) and a btree index on it first)",
+                    errors::relation_name(sequence)
+                ));
+            }
+            let mut found = Remainders::default();
+            for column in columns {
+                // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
+                let stored = unsafe { remainders_in(column, low, high) }
+                    .map_err(|why| format!("{} ({})", column.name, why.why()))?;
+                found.union_with(&stored);
+            }
+            Ok(found)
+        })
+    }
+
+    fn oldest_running(&mut self) -> u64 {
+        // SAFETY: plain calls into the transaction manager, in a read-write transaction.
+        unsafe {
+            let next = pg_sys::ReadNextFullTransactionId().value;
+            widen_xid(next, pg_sys::GetOldestActiveTransactionId().into_inner())
+        }
+    }
+}
+
+/// The columns of one sequence, as long as no catalog change can have been seen since they were
+/// read: the same transaction, command, and count of invalidation messages received.
+struct Cached {
+    sequence: pg_sys::Oid,
+    valid_for: (u64, pg_sys::LocalTransactionId, pg_sys::CommandId),
+    columns: Vec<Column>,
+}
+
+thread_local! {
+    static CACHE: RefCell<Vec<Cached>> = const { RefCell::new(Vec::new()) };
+}
+
+fn with_columns<T>(sequence: pg_sys::Oid, f: impl FnOnce(&[Column]) -> T) -> T {
+    // SAFETY: backend globals, read in a transaction.
+    let valid_for = unsafe {
+        (
+            pg_sys::SharedInvalidMessageCounter,
+            crate::mask::local_transaction(),
+            pg_sys::GetCurrentCommandId(false),
+        )
+    };
+    // taken out while `f` runs: `f` reads indexes, and an ERROR there just drops it
+    let cached = CACHE.with_borrow_mut(|cache| {
+        cache.retain(|c| c.valid_for == valid_for);
+        let hit = cache.iter().position(|c| c.sequence == sequence);
+        hit.map(|i| cache.swap_remove(i))
+    });
+    let cached = cached.unwrap_or_else(|| Cached {
+        sequence,
+        valid_for,
+        columns: columns_of(Some(sequence)),
+    });
+    let result = f(&cached.columns);
+    CACHE.with_borrow_mut(|cache| cache.push(cached));
+    result
+}
