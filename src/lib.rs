@@ -63,6 +63,12 @@ extension_sql_file!(
     requires = [stats::pg_shard_id_stats, stats::pg_shard_id_stats_reset],
 );
 
+extension_sql_file!(
+    "../sql/convert.sql",
+    name = "convert",
+    requires = ["origin", "next_shard_id", backfill::next_shard_id_at],
+);
+
 extension_sql_file!("../sql/comments.sql", name = "comments", finalize);
 
 /// Required by `cargo pgrx test`.

@@ -1,0 +1,197 @@
+"""Converting an existing table's keys to time-ordered ids (issue 37): shard_id_convert under
+inserts and updates through the DEFAULT, its backend killed halfway and the call resumed, the
+swap, every foreign key carried; a partitioned table; a dump and restore of the result. Run by
+tests/guarantee/run.sh."""
+
+import subprocess
+import threading
+import time
+
+import psycopg
+from pgcluster import PG_BIN
+import pytest
+
+ORDERS = 60_000
+
+
+def schema(conn, partitioned=False):
+    if partitioned:
+        conn.execute(
+            "CREATE TABLE orders (id bigserial, created_at timestamptz NOT NULL, note text, "
+            "PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)")
+        conn.execute("CREATE TABLE orders_2026_a PARTITION OF orders FOR VALUES FROM ('2026-01-01') TO ('2026-03-01')")
+        conn.execute("CREATE TABLE orders_2026_b PARTITION OF orders FOR VALUES FROM ('2026-03-01') TO ('2027-01-01')")
+    else:
+        conn.execute("CREATE TABLE orders (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL, note text)")
+        conn.execute("CREATE TABLE lines (id bigserial PRIMARY KEY, "
+                     "order_id bigint REFERENCES orders ON DELETE CASCADE, qty int)")
+        conn.execute("CREATE TABLE refunds (id bigserial PRIMARY KEY, order_id bigint REFERENCES orders, amount int)")
+    conn.execute(
+        "INSERT INTO orders (created_at, note) "
+        "SELECT '2026-01-10'::timestamptz + g * interval '150 s' + (g %% 7) * interval '1 ms', 'old' "
+        "  FROM generate_series(1, %s) g", (ORDERS,))
+    if not partitioned:
+        conn.execute("INSERT INTO lines (order_id, qty) SELECT 1 + g %% %s, g FROM generate_series(1, %s) g",
+                     (ORDERS, 2 * ORDERS))
+        conn.execute("INSERT INTO refunds (order_id, amount) SELECT 1 + g * 7 %% %s, g FROM generate_series(1, 3000) g",
+                     (ORDERS,))
+    conn.execute("ANALYZE")
+    conn.execute("CREATE SEQUENCE orders_shard_id_seq")
+
+
+def prepare(conn, expect_indexes):
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as asked:
+        conn.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 4000)")
+    statements = asked.value.diag.message_detail.splitlines()
+    assert len(statements) == expect_indexes, statements
+    for statement in statements:
+        assert statement.startswith("CREATE ") and "CONCURRENTLY" in statement
+        conn.execute(statement)
+
+
+class Traffic:
+    """Inserts through the DEFAULT and updates of old rows, in a loop, recording the longest
+    statement it waited for."""
+
+    def __init__(self, cluster, db, lines=True):
+        self.cluster, self.db, self.lines = cluster, db, lines
+        self.stop, self.errors, self.longest, self.count = threading.Event(), [], 0.0, 0
+        self.thread = threading.Thread(target=self.run)
+
+    def run(self):
+        try:
+            with self.cluster.connect(self.db) as conn:
+                i = 0
+                while not self.stop.is_set():
+                    i += 1
+                    t0 = time.monotonic()
+                    with conn.transaction():
+                        conn.execute("INSERT INTO orders (created_at, note) VALUES (now() - interval '5 s', 'new')")
+                        conn.execute("UPDATE orders SET note = note || '.' WHERE id = (SELECT id FROM orders "
+                                     "WHERE note LIKE 'old%%' ORDER BY created_at OFFSET %s LIMIT 1)",
+                                     ((i * 7919) % ORDERS,))
+                        if self.lines:
+                            conn.execute("INSERT INTO lines (order_id, qty) SELECT id, 1 FROM orders "
+                                         "WHERE note = 'new' ORDER BY created_at DESC LIMIT 1")
+                    self.longest = max(self.longest, time.monotonic() - t0)
+                    self.count += 1
+        except Exception as e:  # noqa: BLE001 (reported by the test)
+            self.errors.append(repr(e))
+
+    def __enter__(self):
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self.stop.set()
+        self.thread.join()
+
+
+def check_converted(conn, lines=True):
+    total, distinct, nulls, misplaced = conn.execute(
+        "SELECT count(*), count(DISTINCT id), count(*) FILTER (WHERE id IS NULL), "
+        "       count(*) FILTER (WHERE note LIKE 'old%' AND "
+        "                        shard_id_extract_timestamp(id) <> date_trunc('milliseconds', created_at)) "
+        "  FROM orders").fetchone()
+    assert (distinct, nulls, misplaced) == (total, 0, 0)
+    # every id of the history is below every id the DEFAULT made during and after
+    assert conn.execute("SELECT max(id) FILTER (WHERE note LIKE 'old%') < min(id) FILTER (WHERE note = 'new') "
+                        "  FROM orders").fetchone()[0]
+    if lines:
+        for child in ("lines", "refunds"):
+            # every row references the order it referenced before (rows inserted after the swap
+            # have no old key)
+            wrong = conn.execute(
+                f"SELECT count(*) FROM {child} c LEFT JOIN orders o ON o.id = c.order_id "
+                f" WHERE o.id IS NULL OR (c.order_id_before_shard_id IS NOT NULL "
+                f"                        AND o.id_before_shard_id IS DISTINCT FROM c.order_id_before_shard_id)"
+            ).fetchone()[0]
+            assert wrong == 0, f"{wrong} rows of {child} lost their order"
+        assert conn.execute("SELECT bool_and(convalidated) FROM pg_constraint WHERE contype = 'f' "
+                            "  AND confrelid = 'orders'::regclass").fetchone()[0]
+
+
+def test_a_conversion_killed_halfway_resumes_under_traffic_and_swaps(cluster, db):
+    with cluster.connect(db) as conn:
+        schema(conn)
+        prepare(conn, 3)
+    with Traffic(cluster, db) as traffic:
+        victim = cluster.connect(db)
+        pid = victim.info.backend_pid
+        done = threading.Event()
+
+        def convert():
+            try:
+                victim.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 4000)")
+            except psycopg.OperationalError:
+                pass  # killed
+            done.set()
+
+        threading.Thread(target=convert).start()
+        with cluster.connect(db) as watcher:
+            # wait for a few batches, then kill the backend in the middle of one
+            deadline = time.monotonic() + 60
+            while watcher.execute("SELECT coalesce(max(rows_done), 0) FROM shard_id_conversions").fetchone()[0] < 20_000:
+                assert time.monotonic() < deadline
+                time.sleep(0.05)
+            watcher.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            assert done.wait(30)
+            phase, rows_done = watcher.execute("SELECT phase, rows_done FROM shard_id_conversions").fetchone()
+            assert phase == "filling" and 20_000 <= rows_done < 3 * ORDERS
+        with cluster.connect(db) as conn:
+            notices = []
+            conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+            conn.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 4000)")
+            assert any("rows/s" in n and "left" in n for n in notices)
+            assert "shard_id_convert_finish" in notices[-1]
+            conn.execute("CALL shard_id_convert_finish('orders')")
+        time.sleep(0.3)
+    assert traffic.errors == [] and traffic.count > 0
+    print(f"traffic: {traffic.count} transactions, longest {traffic.longest * 1000:.0f} ms")
+    with cluster.connect(db) as conn:
+        check_converted(conn)
+        assert conn.execute("SELECT phase FROM shard_id_conversions").fetchone()[0] == "finished"
+        # the swapped table goes on: new rows by the DEFAULT, referencing rows by the new id
+        new = conn.execute("INSERT INTO orders (created_at, note) VALUES (now(), 'new') RETURNING id").fetchone()[0]
+        conn.execute("INSERT INTO lines (order_id, qty) VALUES (%s, 1)", (new,))
+        with pytest.raises(psycopg.errors.ForeignKeyViolation):
+            conn.execute("INSERT INTO lines (order_id, qty) VALUES (42, 1)")
+
+
+def test_a_partitioned_table_converts_and_its_primary_key_is_swapped(cluster, db):
+    with cluster.connect(db) as conn:
+        schema(conn, partitioned=True)
+        prepare(conn, 2)
+    with Traffic(cluster, db, lines=False) as traffic:
+        with cluster.connect(db) as conn:
+            conn.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 4000)")
+            conn.execute("CALL shard_id_convert_finish('orders')")
+        time.sleep(0.3)
+    assert traffic.errors == []
+    with cluster.connect(db) as conn:
+        check_converted(conn, lines=False)
+        assert conn.execute(
+            "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'orders'::regclass AND contype = 'p'"
+        ).fetchone()[0] == "PRIMARY KEY (id, created_at)"
+
+
+def test_a_converted_table_dumps_and_restores_and_new_ids_stay_above(cluster, db):
+    with cluster.connect(db) as conn:
+        schema(conn)
+        prepare(conn, 3)
+        conn.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 20000)")
+        conn.execute("CALL shard_id_convert_finish('orders')")
+        conn.execute("INSERT INTO orders (created_at, note) SELECT now(), 'new' FROM generate_series(1, 10)")
+        before = conn.execute("SELECT count(*), sum(id), max(id) FROM orders").fetchone()
+    restored = db + "_r"
+    cluster.sql(f"DROP DATABASE IF EXISTS {restored}")
+    cluster.sql(f"CREATE DATABASE {restored}")
+    dump = subprocess.run([f"{PG_BIN}/pg_dump", "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres",
+                           "-Fc", db], check=True, capture_output=True).stdout
+    subprocess.run([f"{PG_BIN}/pg_restore", "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres",
+                    "-d", restored, "--exit-on-error"], input=dump, check=True, capture_output=True)
+    with cluster.connect(restored) as conn:
+        assert conn.execute("SELECT count(*), sum(id), max(id) FROM orders").fetchone() == before
+        check_converted(conn)
+        new = conn.execute("INSERT INTO orders (created_at, note) VALUES (now(), 'new') RETURNING id").fetchone()[0]
+        assert new > before[2]
