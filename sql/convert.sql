@@ -164,6 +164,13 @@ BEGIN
         RAISE EXCEPTION 'pg_shard_id: only the owner of % can convert it', tbl USING ERRCODE = '42501';
     END IF;
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    -- the record of a dropped table whose oid came back, or of a conversion whose column was
+    -- dropped by hand, is stale
+    IF state.relid IS NOT NULL AND state.phase <> 'finished' AND NOT EXISTS (
+           SELECT FROM pg_attribute WHERE attrelid = tbl AND attname = state.new_column AND NOT attisdropped) THEN
+        DELETE FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+        state := NULL;
+    END IF;
     IF state.relid IS NULL THEN
         -- the key: a single-column primary key
         SELECT a.attname INTO key_column
@@ -195,8 +202,8 @@ BEGIN
                        tbl, time_column, time_column, time_column)
            INTO bad USING epoch_ts;
         IF bad > 0 THEN
-            RAISE EXCEPTION 'pg_shard_id: % rows of % have a % that is NULL, before the epoch % or not yet 1 second past',
-                            bad, tbl, time_column, epoch_ts
+            RAISE EXCEPTION 'pg_shard_id: % rows of % have a % that is NULL, before the epoch (%) or not yet 1 second past',
+                            bad, tbl, time_column, to_char(epoch_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
                 USING ERRCODE = '22023', HINT = 'Fix or delete those rows, then convert.';
         END IF;
         EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', tbl, new_column);

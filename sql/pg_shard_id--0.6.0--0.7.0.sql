@@ -85,3 +85,393 @@ CREATE FUNCTION next_shard_id_at("seq" regclass, "shard" integer, "ts" timestamp
     LANGUAGE c AS 'MODULE_PATHNAME', 'next_shard_id_at_wrapper';
 COMMENT ON FUNCTION next_shard_id_at(regclass, integer, timestamptz) IS
     'An id of the sequence and shard at a past time (at least 1 second ago), for history, imports and converting keys: in that millisecond or the first later one with a free remainder, equal to no id stored in a column whose DEFAULT draws from the sequence, nor to one another session holds. Needs shared_preload_libraries.';
+
+-- shard_id_convert (issue 37): sql/convert.sql, whose header explains it
+CREATE TABLE _pg_shard_id.conversions (
+    relid oid PRIMARY KEY,
+    table_name text NOT NULL,
+    key_column name NOT NULL,
+    time_column name NOT NULL,
+    seq regclass NOT NULL,
+    shard integer NOT NULL,
+    new_column name NOT NULL,
+    -- prepared: the column, its DEFAULT and the triggers exist; filling: batches run (unit,
+    -- next_block say where); filled: every row has its id; finished: swapped
+    phase text NOT NULL DEFAULT 'prepared',
+    unit integer NOT NULL DEFAULT 0,
+    next_block bigint NOT NULL DEFAULT 0,
+    rows_done bigint NOT NULL DEFAULT 0,
+    rows_estimate bigint,
+    started_at timestamptz,
+    updated_at timestamptz,
+    rows_per_second double precision
+);
+ALTER TABLE _pg_shard_id.conversions ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_only ON _pg_shard_id.conversions
+    USING (pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = relid), 'USAGE'));
+GRANT SELECT, INSERT, UPDATE, DELETE ON _pg_shard_id.conversions TO PUBLIC;
+
+CREATE VIEW shard_id_conversions WITH (security_barrier) AS
+SELECT table_name, phase, rows_done, rows_estimate,
+       round(100.0 * rows_done / nullif(greatest(rows_estimate, rows_done), 0), 1) AS percent_done,
+       round(rows_per_second::numeric) AS rows_per_second,
+       CASE WHEN rows_per_second > 0 AND phase = 'filling'
+            THEN make_interval(secs => round(greatest(rows_estimate - rows_done, 0) / rows_per_second))
+       END AS time_left,
+       started_at, updated_at
+  FROM _pg_shard_id.conversions;
+GRANT SELECT ON shard_id_conversions TO PUBLIC;
+
+-- A relation's name with its schema, quoted: what a trigger, run under another search_path, reads.
+CREATE FUNCTION _pg_shard_id.qualified(rel regclass) RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT format('%I.%I', n.nspname, c.relname)
+      FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel
+$$;
+
+-- The leaves of a relation's partition tree, or the table itself when it has none (pg_partition_tree
+-- gives no row for a table that is not partitioned).
+CREATE FUNCTION _pg_shard_id.leaves(rel regclass) RETURNS SETOF regclass
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.isleaf
+    UNION
+    SELECT c.oid::regclass FROM pg_class c WHERE c.oid = rel AND c.relkind = 'r'
+$$;
+
+-- The work of a conversion, in a fixed order: each leaf of the table (its blocks get ids), then
+-- each leaf of each referencing table (its blocks get the referenced row's new id).
+CREATE FUNCTION _pg_shard_id.conversion_units(tbl regclass, key_column name, new_column name)
+RETURNS TABLE (unit integer, kind text, rel regclass, fk_column name, fk_new_column name, fk_name name)
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    WITH leaves AS (
+        SELECT 'table'::text AS kind, t AS rel, NULL::name AS fk_column,
+               NULL::name AS fk_new_column, NULL::name AS fk_name
+          FROM _pg_shard_id.leaves(tbl) t
+        UNION ALL
+        SELECT 'child', t, a.attname, (a.attname || '_' || new_column)::name, c.conname
+          FROM pg_constraint c
+          JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+          CROSS JOIN LATERAL _pg_shard_id.leaves(c.conrelid) t
+         WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
+    )
+    SELECT (row_number() OVER (ORDER BY kind DESC, rel::oid, fk_name))::integer - 1, *
+      FROM leaves
+$$;
+
+-- Fills the new column of a row an UPDATE or INSERT left without one (a row moved behind the
+-- batches, or inserted with the column named and NULL). TG_ARGV: new column, time column,
+-- sequence, shard.
+CREATE FUNCTION _pg_shard_id.conversion_fill_row() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    row_json jsonb := to_jsonb(NEW);
+BEGIN
+    IF row_json ->> TG_ARGV[0] IS NULL AND row_json ->> TG_ARGV[1] IS NOT NULL THEN
+        NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
+                   @extschema@.next_shard_id_at(TG_ARGV[2]::regclass, TG_ARGV[3]::integer,
+                                                (row_json ->> TG_ARGV[1])::timestamptz)));
+    END IF;
+    RETURN NEW;
+END $$;
+
+-- Gives a referencing row the new id of the row it references. TG_ARGV: foreign key column, its
+-- new column, the referenced table, its key column, its new column.
+CREATE FUNCTION _pg_shard_id.conversion_fill_reference() RETURNS trigger
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    row_json jsonb := to_jsonb(NEW);
+    new_id bigint;
+BEGIN
+    IF row_json ->> TG_ARGV[0] IS NOT NULL AND (row_json ->> TG_ARGV[1] IS NULL OR
+       (TG_OP = 'UPDATE' AND row_json ->> TG_ARGV[0] IS DISTINCT FROM to_jsonb(OLD) ->> TG_ARGV[0])) THEN
+        EXECUTE format('SELECT %I FROM %s WHERE %I::text = $1', TG_ARGV[4], TG_ARGV[2], TG_ARGV[3])
+           INTO new_id USING row_json ->> TG_ARGV[0];
+        NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[1], new_id));
+    END IF;
+    RETURN NEW;
+END $$;
+
+CREATE PROCEDURE shard_id_convert(tbl regclass, time_column name, seq regclass, shard integer,
+                                  batch_rows integer DEFAULT 10000, new_column name DEFAULT 'shard_id')
+-- (no SET clause: a procedure with one cannot COMMIT; every object of this extension is named
+-- with its schema, and pg_catalog is searched first)
+LANGUAGE plpgsql AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+    key_column name;
+    u record;
+    missing text[];
+    blocks bigint;
+    step bigint;
+    done bigint;
+    t0 timestamptz;
+    bad bigint;
+    epoch_ts timestamptz;
+    pk_columns text;
+BEGIN
+    IF tbl IS NULL OR time_column IS NULL OR seq IS NULL OR shard IS NULL OR batch_rows IS NULL
+       OR new_column IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: shard_id_convert takes no NULL argument' USING ERRCODE = '22004';
+    END IF;
+    IF batch_rows < 1 THEN
+        RAISE EXCEPTION 'pg_shard_id: batch_rows must be at least 1, not %', batch_rows USING ERRCODE = '22023';
+    END IF;
+    IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = tbl), 'USAGE') THEN
+        RAISE EXCEPTION 'pg_shard_id: only the owner of % can convert it', tbl USING ERRCODE = '42501';
+    END IF;
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    -- the record of a dropped table whose oid came back, or of a conversion whose column was
+    -- dropped by hand, is stale
+    IF state.relid IS NOT NULL AND state.phase <> 'finished' AND NOT EXISTS (
+           SELECT FROM pg_attribute WHERE attrelid = tbl AND attname = state.new_column AND NOT attisdropped) THEN
+        DELETE FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+        state := NULL;
+    END IF;
+    IF state.relid IS NULL THEN
+        -- the key: a single-column primary key
+        SELECT a.attname INTO key_column
+          FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+         WHERE c.conrelid = tbl AND c.contype = 'p';
+        IF key_column IS NULL THEN
+            RAISE EXCEPTION 'pg_shard_id: % has no primary key to convert', tbl USING ERRCODE = '55000';
+        END IF;
+        IF (SELECT atttypid FROM pg_attribute WHERE attrelid = tbl AND attname = time_column AND NOT attisdropped)
+           IS DISTINCT FROM 'timestamptz'::regtype THEN
+            RAISE EXCEPTION 'pg_shard_id: %.% is not a timestamptz column', tbl, time_column
+                USING ERRCODE = '42804',
+                      HINT = 'Add a timestamptz column holding each row''s time (a timestamp without time zone means nothing without a zone), then convert.';
+        END IF;
+        IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = tbl AND attname = new_column AND NOT attisdropped) THEN
+            RAISE EXCEPTION 'pg_shard_id: % already has a column %', tbl, new_column
+                USING ERRCODE = '42701', HINT = 'Name another with new_column => ...';
+        END IF;
+        SELECT array_agg(format('%s (%s)', c.conrelid::regclass, c.conname)) INTO missing
+          FROM pg_constraint c WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
+           AND cardinality(c.conkey) > 1;
+        IF missing IS NOT NULL THEN
+            RAISE EXCEPTION 'pg_shard_id: composite foreign keys reference %: %', tbl, array_to_string(missing, ', ')
+                USING ERRCODE = '0A000';
+        END IF;
+        -- every row needs a time the layout holds, at least 1 second in the past
+        epoch_ts := (SELECT epoch FROM @extschema@.pg_shard_id_info());
+        EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL OR %I < $1 OR %I > clock_timestamp() - interval ''1 s''',
+                       tbl, time_column, time_column, time_column)
+           INTO bad USING epoch_ts;
+        IF bad > 0 THEN
+            RAISE EXCEPTION 'pg_shard_id: % rows of % have a % that is NULL, before the epoch (%) or not yet 1 second past',
+                            bad, tbl, time_column, to_char(epoch_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
+                USING ERRCODE = '22023', HINT = 'Fix or delete those rows, then convert.';
+        END IF;
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', tbl, new_column);
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s)',
+                       tbl, new_column, seq::text, shard);
+        EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION '
+                       '_pg_shard_id.conversion_fill_row(%L, %L, %L, %L)',
+                       'shard_id_convert_' || new_column, tbl, new_column, time_column, _pg_shard_id.qualified(seq), shard);
+        FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, a.attname AS fk_column,
+                        (a.attname || '_' || new_column)::name AS fk_new_column
+                   FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+                  WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 LOOP
+            EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', u.rel, u.fk_new_column);
+            EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION '
+                           '_pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L)',
+                           'shard_id_convert_' || u.fk_new_column, u.rel, u.fk_column, u.fk_new_column,
+                           _pg_shard_id.qualified(tbl), key_column, new_column);
+        END LOOP;
+        INSERT INTO _pg_shard_id.conversions (relid, table_name, key_column, time_column, seq, shard, new_column,
+                                              rows_estimate, started_at, updated_at)
+        SELECT tbl, tbl::text, key_column, time_column, seq, shard, new_column,
+               (SELECT sum(greatest(c.reltuples, 0))::bigint FROM pg_class c
+                 WHERE c.oid IN (SELECT rel FROM _pg_shard_id.conversion_units(tbl, key_column, new_column))),
+               clock_timestamp(), clock_timestamp()
+        RETURNING * INTO state;
+        COMMIT;
+        SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    END IF;
+    IF state.phase = 'finished' THEN
+        RAISE NOTICE 'pg_shard_id: % was converted already', tbl;
+        RETURN;
+    END IF;
+    SELECT string_agg(quote_ident(CASE a.attname WHEN state.key_column THEN state.new_column ELSE a.attname END), ', ' ORDER BY k.i)
+      INTO pk_columns
+      FROM pg_constraint c, unnest(c.conkey) WITH ORDINALITY k(attnum, i)
+      JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = k.attnum
+     WHERE c.conrelid = tbl AND c.contype = 'p';
+    -- an index on each new column: next_shard_id_at reads the converted table's, and the swap
+    -- makes the primary key and the foreign keys' lookups from them
+    SELECT array_agg(s ORDER BY s) INTO missing FROM (
+        SELECT format('CREATE UNIQUE INDEX CONCURRENTLY ON %s (%I);', tbl, state.new_column) AS s
+         WHERE NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = tbl AND i.indisunique AND i.indisvalid
+                              AND i.indnkeyatts = 1 AND i.indpred IS NULL
+                              AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = tbl AND attname = state.new_column))
+           AND NOT EXISTS (SELECT FROM pg_partitioned_table p WHERE p.partrelid = tbl)
+        UNION ALL
+        -- (a partition's: unique on the primary key's columns with the new one in the key's place,
+        -- which the swap attaches to the partitioned table's new primary key)
+        SELECT CASE w.kind WHEN 'table' THEN format('CREATE UNIQUE INDEX CONCURRENTLY ON %s (%s);', w.rel, pk_columns)
+                           ELSE format('CREATE INDEX CONCURRENTLY ON %s (%I);', w.rel, w.fk_new_column) END
+          FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) w
+         WHERE NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = w.rel AND i.indisvalid AND i.indpred IS NULL
+                              AND (i.indisunique OR w.kind = 'child')
+                              AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = w.rel
+                                                    AND attname = CASE w.kind WHEN 'table' THEN state.new_column ELSE w.fk_new_column END))
+           AND (w.kind = 'child' OR EXISTS (SELECT FROM pg_partitioned_table p WHERE p.partrelid = tbl))
+    ) s;
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: % is prepared for conversion; build these indexes, then call shard_id_convert again', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = array_to_string(missing, E'\n'),
+                  HINT = 'CREATE INDEX CONCURRENTLY cannot run inside a procedure. Rows inserted meanwhile already get time-ordered ids from the new column''s DEFAULT.';
+    END IF;
+    UPDATE _pg_shard_id.conversions c SET phase = 'filling' WHERE c.relid = tbl AND phase = 'prepared';
+    COMMIT;
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    -- the batches: block ranges of each unit, one transaction each
+    FOR u IN SELECT * FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) un
+              WHERE un.unit >= state.unit ORDER BY un.unit LOOP
+        IF u.unit > state.unit THEN
+            UPDATE _pg_shard_id.conversions c SET unit = u.unit, next_block = 0 WHERE c.relid = tbl
+            RETURNING * INTO state;
+        END IF;
+        LOOP
+            blocks := pg_relation_size(u.rel) / current_setting('block_size')::bigint;
+            EXIT WHEN state.next_block >= blocks;
+            -- blocks for about batch_rows rows, by the rows per block the statistics say
+            step := greatest(1, (batch_rows / greatest(1, (SELECT reltuples / nullif(relpages, 0) FROM pg_class WHERE oid = u.rel)))::bigint);
+            t0 := clock_timestamp();
+            IF u.kind = 'table' THEN
+                EXECUTE format('UPDATE %s SET %I = @extschema@.next_shard_id_at(%L::regclass, %s, %I) '
+                               'WHERE ctid >= format(''(%%s,0)'', $1::bigint)::tid AND ctid < format(''(%%s,0)'', $2::bigint)::tid AND %I IS NULL',
+                               u.rel, state.new_column, state.seq::text, state.shard, state.time_column, state.new_column)
+                   USING state.next_block, state.next_block + step;
+            ELSE
+                EXECUTE format('UPDATE %s c SET %I = p.%I FROM %s p '
+                               'WHERE c.ctid >= format(''(%%s,0)'', $1::bigint)::tid AND c.ctid < format(''(%%s,0)'', $2::bigint)::tid '
+                               '  AND c.%I IS NULL AND p.%I = c.%I',
+                               u.rel, u.fk_new_column, state.new_column, tbl, u.fk_new_column, state.key_column, u.fk_column)
+                   USING state.next_block, state.next_block + step;
+            END IF;
+            GET DIAGNOSTICS done = ROW_COUNT;
+            UPDATE _pg_shard_id.conversions c
+               SET next_block = state.next_block + step, rows_done = rows_done + done, updated_at = clock_timestamp(),
+                   rows_per_second = CASE WHEN done > 0 THEN
+                       coalesce(0.8 * rows_per_second, 0) + (CASE WHEN rows_per_second IS NULL THEN 1.0 ELSE 0.2 END)
+                       * done / greatest(extract(epoch FROM clock_timestamp() - t0), 0.001) ELSE rows_per_second END
+             WHERE c.relid = tbl RETURNING * INTO state;
+            COMMIT;
+            SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+            RAISE NOTICE 'pg_shard_id: % (%): % of about % rows, % rows/s, about % left',
+                tbl, u.rel, state.rows_done, greatest(state.rows_estimate, state.rows_done),
+                round(state.rows_per_second::numeric),
+                CASE WHEN state.rows_per_second > 0
+                     THEN make_interval(secs => round(greatest(state.rows_estimate - state.rows_done, 0) / state.rows_per_second))::text
+                     ELSE '?' END;
+        END LOOP;
+    END LOOP;
+    -- the sweep: rows still without an id (an UPDATE that moved a row is filled by the trigger;
+    -- this catches anything else) through the new column's index
+    EXECUTE format('UPDATE %s SET %I = @extschema@.next_shard_id_at(%L::regclass, %s, %I) WHERE %I IS NULL',
+                   tbl, state.new_column, state.seq::text, state.shard, state.time_column, state.new_column);
+    GET DIAGNOSTICS done = ROW_COUNT;
+    FOR u IN SELECT * FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) un WHERE un.kind = 'child' LOOP
+        EXECUTE format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I IS NULL AND c.%I IS NOT NULL AND p.%I = c.%I',
+                       u.rel, u.fk_new_column, state.new_column, tbl, u.fk_new_column, u.fk_column, state.key_column, u.fk_column);
+    END LOOP;
+    UPDATE _pg_shard_id.conversions c SET phase = 'filled', rows_done = rows_done + done, updated_at = clock_timestamp()
+     WHERE c.relid = tbl;
+    COMMIT;
+    RAISE NOTICE '%', format('pg_shard_id: every row of %s has its time-ordered id in %I; CALL shard_id_convert_finish(%L) swaps it in',
+        tbl, state.new_column, tbl::text);
+END $$;
+
+CREATE PROCEDURE shard_id_convert_finish(tbl regclass)
+LANGUAGE plpgsql AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+    u record;
+    pk_name name;
+    pk_index regclass;
+    old_name name;
+    check_name name;
+    fks text[] := '{}';
+    adds text[] := '{}';
+    partitioned boolean := EXISTS (SELECT FROM pg_partitioned_table p WHERE p.partrelid = tbl);
+    pk_columns text;
+BEGIN
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    IF state.relid IS NULL OR state.phase <> 'filled' THEN
+        RAISE EXCEPTION 'pg_shard_id: % is not ready to swap (%)', tbl, coalesce(state.phase, 'never converted')
+            USING ERRCODE = '55000', HINT = 'CALL shard_id_convert(...) until it says every row has its id.';
+    END IF;
+    old_name := (state.key_column || '_before_shard_id')::name;
+    check_name := ('shard_id_convert_' || state.new_column || '_not_null')::name;
+    -- before any lock: NOT NULL as a validated CHECK (SHARE UPDATE EXCLUSIVE: writes go on), so
+    -- that SET NOT NULL under the lock needs no scan
+    IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = tbl AND conname = check_name) THEN
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID', tbl, check_name, state.new_column);
+        COMMIT;
+    END IF;
+    EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', tbl, check_name);
+    COMMIT;
+    -- the swap: one short transaction, no scan
+    SET LOCAL lock_timeout = '10s';
+    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
+    -- the foreign keys: dropped (the old primary key cannot go while they stand), their columns
+    -- swapped; made again on the new columns once the new primary key stands
+    FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, c.conname, a.attname AS fk_column,
+                    (a.attname || '_' || state.new_column)::name AS fk_new_column,
+                    pg_get_constraintdef(c.oid) AS def
+               FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+              WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 LOOP
+        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', u.rel);
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, u.conname);
+        EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || u.fk_new_column, u.rel);
+        EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_column, (u.fk_column || '_before_shard_id')::name);
+        EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_new_column, u.fk_column);
+        -- the same action clauses, on the new columns; validated after the commit
+        adds := adds || format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', u.rel, u.conname,
+                       regexp_replace(u.def, '^FOREIGN KEY \([^)]*\) REFERENCES [^(]*\([^)]*\)',
+                                      format('FOREIGN KEY (%I) REFERENCES %s(%I)', u.fk_column, tbl, state.key_column)));
+        fks := fks || format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, u.conname);
+    END LOOP;
+    SELECT c.conname, c.conindid::regclass,
+           (SELECT string_agg(quote_ident(CASE a.attname WHEN state.key_column THEN state.new_column ELSE a.attname END), ', ' ORDER BY k.i)
+              FROM unnest(c.conkey) WITH ORDINALITY k(attnum, i)
+              JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = k.attnum)
+      INTO pk_name, pk_index, pk_columns
+      FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype = 'p';
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', tbl, pk_name);
+    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, state.new_column);
+    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', tbl, check_name);
+    EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || state.new_column, tbl);
+    IF partitioned THEN
+        -- the partitions' unique indexes on the same columns are attached, not rebuilt
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY (%s)', tbl, pk_name, pk_columns);
+    ELSE
+        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY USING INDEX %s', tbl, pk_name,
+                       (SELECT i.indexrelid::regclass FROM pg_index i WHERE i.indrelid = tbl AND i.indisunique AND i.indisvalid
+                           AND i.indnkeyatts = 1 AND i.indpred IS NULL
+                           AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = tbl AND attname = state.new_column)
+                         LIMIT 1));
+    END IF;
+    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', tbl, state.key_column, old_name);
+    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', tbl, state.new_column, state.key_column);
+    -- the old key need not be given any more (it keeps its DEFAULT, if any); a partition key
+    -- stays NOT NULL
+    BEGIN
+        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL', tbl, old_name);
+    EXCEPTION WHEN others THEN
+        NULL;
+    END;
+    FOR i IN 1 .. cardinality(adds) LOOP
+        EXECUTE adds[i];
+    END LOOP;
+    UPDATE _pg_shard_id.conversions c SET phase = 'finished', updated_at = clock_timestamp() WHERE c.relid = tbl;
+    COMMIT;
+    -- the foreign keys are checked now, while inserts and updates go on
+    FOR i IN 1 .. cardinality(fks) LOOP
+        EXECUTE fks[i];
+        COMMIT;
+    END LOOP;
+    RAISE NOTICE 'pg_shard_id: %.% now holds the time-ordered ids; the old key is in %', tbl, state.key_column, old_name;
+END $$;
