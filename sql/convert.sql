@@ -1,10 +1,10 @@
 -- Converting an existing table's keys to time-ordered ids, online and resumable (issue 37).
 --
---   CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5);   -- prepare
---   CREATE UNIQUE INDEX CONCURRENTLY ON orders (shard_id);                     -- as it asks
---   CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5);   -- fill (resumable)
---   CALL shard_id_convert_finish('orders');                                    -- swap
---   SELECT * FROM shard_id_conversions;                                        -- from any session
+--   CALL shard_id_convert_prepare('orders', 'created_at', 'orders_shard_id_seq', 5);
+--   SELECT * FROM shard_id_convert_indexes('orders') \gexec     -- CREATE INDEX CONCURRENTLY ...
+--   CALL shard_id_convert('orders', 10000);                      -- fill; resumable
+--   CALL shard_id_convert_finish('orders');                      -- swap
+--   SELECT * FROM shard_id_conversions;                          -- progress, from any session
 --
 -- The shape, and why (docs/history.md has the full recipe with the locks of every step):
 -- * **A new column, swapped in at the end**, not a rewrite of the key in place: until the swap
@@ -26,8 +26,10 @@
 --   scan runs under them (NOT NULL comes from a CHECK validated before, the primary key from the
 --   unique index built concurrently, the foreign keys are added NOT VALID and validated after the
 --   commit, under SHARE UPDATE EXCLUSIVE, which lets inserts and updates through).
--- * CREATE INDEX CONCURRENTLY cannot run inside a procedure, so the procedure stops and names
---   the statements to run (an index on the new column is also what next_shard_id_at reads).
+-- * CREATE INDEX CONCURRENTLY cannot run inside a procedure or a function, so
+--   shard_id_convert_indexes() lists the statements (psql's \gexec runs them) and
+--   shard_id_convert refuses until they ran (an index on the new column is also what
+--   next_shard_id_at reads).
 -- * The caller must own the tables (ALTER TABLE does); the progress table's rows are visible and
 --   writable to the owner of the table they describe only (row security).
 
@@ -135,30 +137,19 @@ BEGIN
     RETURN NEW;
 END $$;
 
-CREATE PROCEDURE shard_id_convert(tbl regclass, time_column name, seq regclass, shard integer,
-                                  batch_rows integer DEFAULT 10000, new_column name DEFAULT 'shard_id')
--- (no SET clause: a procedure with one cannot COMMIT; every object of this extension is named
--- with its schema, and pg_catalog is searched first)
-LANGUAGE plpgsql AS $$
+CREATE PROCEDURE shard_id_convert_prepare(tbl regclass, time_column name, seq regclass, shard integer,
+                                          new_column name DEFAULT 'shard_id')
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     state _pg_shard_id.conversions;
     key_column name;
     u record;
     missing text[];
-    blocks bigint;
-    step bigint;
-    done bigint;
-    t0 timestamptz;
     bad bigint;
     epoch_ts timestamptz;
-    pk_columns text;
 BEGIN
-    IF tbl IS NULL OR time_column IS NULL OR seq IS NULL OR shard IS NULL OR batch_rows IS NULL
-       OR new_column IS NULL THEN
-        RAISE EXCEPTION 'pg_shard_id: shard_id_convert takes no NULL argument' USING ERRCODE = '22004';
-    END IF;
-    IF batch_rows < 1 THEN
-        RAISE EXCEPTION 'pg_shard_id: batch_rows must be at least 1, not %', batch_rows USING ERRCODE = '22023';
+    IF tbl IS NULL OR time_column IS NULL OR seq IS NULL OR shard IS NULL OR new_column IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: shard_id_convert_prepare takes no NULL argument' USING ERRCODE = '22004';
     END IF;
     IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = tbl), 'USAGE') THEN
         RAISE EXCEPTION 'pg_shard_id: only the owner of % can convert it', tbl USING ERRCODE = '42501';
@@ -171,69 +162,82 @@ BEGIN
         DELETE FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
         state := NULL;
     END IF;
-    IF state.relid IS NULL THEN
-        -- the key: a single-column primary key
-        SELECT a.attname INTO key_column
-          FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-         WHERE c.conrelid = tbl AND c.contype = 'p';
-        IF key_column IS NULL THEN
-            RAISE EXCEPTION 'pg_shard_id: % has no primary key to convert', tbl USING ERRCODE = '55000';
-        END IF;
-        IF (SELECT atttypid FROM pg_attribute WHERE attrelid = tbl AND attname = time_column AND NOT attisdropped)
-           IS DISTINCT FROM 'timestamptz'::regtype THEN
-            RAISE EXCEPTION 'pg_shard_id: %.% is not a timestamptz column', tbl, time_column
-                USING ERRCODE = '42804',
-                      HINT = 'Add a timestamptz column holding each row''s time (a timestamp without time zone means nothing without a zone), then convert.';
-        END IF;
-        IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = tbl AND attname = new_column AND NOT attisdropped) THEN
-            RAISE EXCEPTION 'pg_shard_id: % already has a column %', tbl, new_column
-                USING ERRCODE = '42701', HINT = 'Name another with new_column => ...';
-        END IF;
-        SELECT array_agg(format('%s (%s)', c.conrelid::regclass, c.conname)) INTO missing
-          FROM pg_constraint c WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
-           AND cardinality(c.conkey) > 1;
-        IF missing IS NOT NULL THEN
-            RAISE EXCEPTION 'pg_shard_id: composite foreign keys reference %: %', tbl, array_to_string(missing, ', ')
-                USING ERRCODE = '0A000';
-        END IF;
-        -- every row needs a time the layout holds, at least 1 second in the past
-        epoch_ts := (SELECT epoch FROM @extschema@.pg_shard_id_info());
-        EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL OR %I < $1 OR %I > clock_timestamp() - interval ''1 s''',
-                       tbl, time_column, time_column, time_column)
-           INTO bad USING epoch_ts;
-        IF bad > 0 THEN
-            RAISE EXCEPTION 'pg_shard_id: % rows of % have a % that is NULL, before the epoch (%) or not yet 1 second past',
-                            bad, tbl, time_column, to_char(epoch_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
-                USING ERRCODE = '22023', HINT = 'Fix or delete those rows, then convert.';
-        END IF;
-        EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', tbl, new_column);
-        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s)',
-                       tbl, new_column, seq::text, shard);
-        EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION '
-                       '_pg_shard_id.conversion_fill_row(%L, %L, %L, %L)',
-                       'shard_id_convert_' || new_column, tbl, new_column, time_column, _pg_shard_id.qualified(seq), shard);
-        FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, a.attname AS fk_column,
-                        (a.attname || '_' || new_column)::name AS fk_new_column
-                   FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-                  WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 LOOP
-            EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', u.rel, u.fk_new_column);
-            EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION '
-                           '_pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L)',
-                           'shard_id_convert_' || u.fk_new_column, u.rel, u.fk_column, u.fk_new_column,
-                           _pg_shard_id.qualified(tbl), key_column, new_column);
-        END LOOP;
-        INSERT INTO _pg_shard_id.conversions (relid, table_name, key_column, time_column, seq, shard, new_column,
-                                              rows_estimate, started_at, updated_at)
-        SELECT tbl, tbl::text, key_column, time_column, seq, shard, new_column,
-               (SELECT sum(greatest(c.reltuples, 0))::bigint FROM pg_class c
-                 WHERE c.oid IN (SELECT rel FROM _pg_shard_id.conversion_units(tbl, key_column, new_column))),
-               clock_timestamp(), clock_timestamp()
-        RETURNING * INTO state;
-        COMMIT;
-        SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    IF state.relid IS NOT NULL THEN
+        RAISE NOTICE 'pg_shard_id: % is prepared already (%)', tbl, state.phase;
+        RETURN;
     END IF;
-    IF state.phase = 'finished' THEN
-        RAISE NOTICE 'pg_shard_id: % was converted already', tbl;
+    -- the key: a single-column primary key
+    SELECT a.attname INTO key_column
+      FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+     WHERE c.conrelid = tbl AND c.contype = 'p';
+    IF key_column IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: % has no primary key to convert', tbl USING ERRCODE = '55000';
+    END IF;
+    IF (SELECT atttypid FROM pg_attribute WHERE attrelid = tbl AND attname = time_column AND NOT attisdropped)
+       IS DISTINCT FROM 'timestamptz'::regtype THEN
+        RAISE EXCEPTION 'pg_shard_id: %.% is not a timestamptz column', tbl, time_column
+            USING ERRCODE = '42804',
+                  HINT = 'Add a timestamptz column holding each row''s time (a timestamp without time zone means nothing without a zone), then convert.';
+    END IF;
+    IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = tbl AND attname = new_column AND NOT attisdropped) THEN
+        RAISE EXCEPTION 'pg_shard_id: % already has a column %', tbl, new_column
+            USING ERRCODE = '42701', HINT = 'Name another with new_column => ...';
+    END IF;
+    SELECT array_agg(format('%s (%s)', c.conrelid::regclass, c.conname)) INTO missing
+      FROM pg_constraint c WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
+       AND cardinality(c.conkey) > 1;
+    IF missing IS NOT NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: composite foreign keys reference %: %', tbl, array_to_string(missing, ', ')
+            USING ERRCODE = '0A000';
+    END IF;
+    -- every row needs a time the layout holds, at least 1 second in the past
+    epoch_ts := (SELECT epoch FROM @extschema@.pg_shard_id_info());
+    EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL OR %I < $1 OR %I > clock_timestamp() - interval ''1 s''',
+                   tbl, time_column, time_column, time_column)
+       INTO bad USING epoch_ts;
+    IF bad > 0 THEN
+        RAISE EXCEPTION 'pg_shard_id: % rows of % have a % that is NULL, before the epoch (%) or not yet 1 second past',
+                        bad, tbl, time_column, to_char(epoch_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
+            USING ERRCODE = '22023', HINT = 'Fix or delete those rows, then convert.';
+    END IF;
+    EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', tbl, new_column);
+    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s)',
+                   tbl, new_column, seq::text, shard);
+    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION '
+                   '_pg_shard_id.conversion_fill_row(%L, %L, %L, %L)',
+                   'shard_id_convert_' || new_column, tbl, new_column, time_column, _pg_shard_id.qualified(seq), shard);
+    FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, a.attname AS fk_column,
+                    (a.attname || '_' || new_column)::name AS fk_new_column
+               FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+              WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 LOOP
+        EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', u.rel, u.fk_new_column);
+        EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION '
+                       '_pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L)',
+                       'shard_id_convert_' || u.fk_new_column, u.rel, u.fk_column, u.fk_new_column,
+                       _pg_shard_id.qualified(tbl), key_column, new_column);
+    END LOOP;
+    INSERT INTO _pg_shard_id.conversions (relid, table_name, key_column, time_column, seq, shard, new_column,
+                                          rows_estimate, started_at, updated_at)
+    SELECT tbl, tbl::text, key_column, time_column, seq, shard, new_column,
+           (SELECT sum(greatest(c.reltuples, 0))::bigint FROM pg_class c
+             WHERE c.oid IN (SELECT rel FROM _pg_shard_id.conversion_units(tbl, key_column, new_column))),
+           clock_timestamp(), clock_timestamp()
+    RETURNING * INTO state;
+    RAISE NOTICE '%', format('pg_shard_id: %s is prepared; build its indexes (SELECT * FROM shard_id_convert_indexes(%L) \gexec), then CALL shard_id_convert(%L)',
+                             tbl, tbl::text, tbl::text);
+END $$;
+
+-- The CREATE INDEX CONCURRENTLY statements a prepared conversion still needs (none: ready):
+-- an index on each new column, which next_shard_id_at reads and the swap turns into the primary
+-- key and the foreign keys' lookups. Run them in psql with \gexec.
+CREATE FUNCTION shard_id_convert_indexes(tbl regclass) RETURNS SETOF text
+LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+    pk_columns text;
+BEGIN
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    IF state.relid IS NULL OR state.phase = 'finished' THEN
         RETURN;
     END IF;
     SELECT string_agg(quote_ident(CASE a.attname WHEN state.key_column THEN state.new_column ELSE a.attname END), ', ' ORDER BY k.i)
@@ -243,7 +247,7 @@ BEGIN
      WHERE c.conrelid = tbl AND c.contype = 'p';
     -- an index on each new column: next_shard_id_at reads the converted table's, and the swap
     -- makes the primary key and the foreign keys' lookups from them
-    SELECT array_agg(s ORDER BY s) INTO missing FROM (
+    RETURN QUERY SELECT s.s FROM (
         SELECT format('CREATE UNIQUE INDEX CONCURRENTLY ON %s (%I);', tbl, state.new_column) AS s
          WHERE NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = tbl AND i.indisunique AND i.indisvalid
                               AND i.indnkeyatts = 1 AND i.indpred IS NULL
@@ -260,12 +264,43 @@ BEGIN
                               AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = w.rel
                                                     AND attname = CASE w.kind WHEN 'table' THEN state.new_column ELSE w.fk_new_column END))
            AND (w.kind = 'child' OR EXISTS (SELECT FROM pg_partitioned_table p WHERE p.partrelid = tbl))
-    ) s;
-    IF missing IS NOT NULL THEN
-        RAISE EXCEPTION 'pg_shard_id: % is prepared for conversion; build these indexes, then call shard_id_convert again', tbl
+    ) s ORDER BY 1;
+END $$;
+
+CREATE PROCEDURE shard_id_convert(tbl regclass, batch_rows integer DEFAULT 10000)
+-- (no SET clause: a procedure with one cannot COMMIT; every object of this extension is named
+-- with its schema, and pg_catalog is searched first)
+LANGUAGE plpgsql AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+    u record;
+    missing text[];
+    blocks bigint;
+    step bigint;
+    done bigint;
+    t0 timestamptz;
+BEGIN
+    IF tbl IS NULL OR batch_rows IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: shard_id_convert takes no NULL argument' USING ERRCODE = '22004';
+    END IF;
+    IF batch_rows < 1 THEN
+        RAISE EXCEPTION 'pg_shard_id: batch_rows must be at least 1, not %', batch_rows USING ERRCODE = '22023';
+    END IF;
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    IF state.relid IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: % is not prepared for conversion', tbl
+            USING ERRCODE = '55000', HINT = 'CALL shard_id_convert_prepare(table, time_column, sequence, shard) first.';
+    END IF;
+    IF state.phase = 'finished' THEN
+        RAISE NOTICE 'pg_shard_id: % was converted already', tbl;
+        RETURN;
+    END IF;
+    missing := ARRAY(SELECT @extschema@.shard_id_convert_indexes(tbl));
+    IF cardinality(missing) > 0 THEN
+        RAISE EXCEPTION 'pg_shard_id: % needs these indexes before its rows get their ids', tbl
             USING ERRCODE = '55000',
                   DETAIL = array_to_string(missing, E'\n'),
-                  HINT = 'CREATE INDEX CONCURRENTLY cannot run inside a procedure. Rows inserted meanwhile already get time-ordered ids from the new column''s DEFAULT.';
+                  HINT = format('CREATE INDEX CONCURRENTLY cannot run inside a procedure: SELECT * FROM shard_id_convert_indexes(%L) \gexec in psql runs them. Rows inserted meanwhile already get time-ordered ids from the new column''s DEFAULT.', tbl::text);
     END IF;
     UPDATE _pg_shard_id.conversions c SET phase = 'filling' WHERE c.relid = tbl AND phase = 'prepared';
     COMMIT;

@@ -40,13 +40,16 @@ def schema(conn, partitioned=False):
 
 
 def prepare(conn, expect_indexes):
-    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as asked:
-        conn.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 4000)")
-    statements = asked.value.diag.message_detail.splitlines()
+    conn.execute("CALL shard_id_convert_prepare('orders', 'created_at', 'orders_shard_id_seq', 5)")
+    with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+        conn.execute("CALL shard_id_convert('orders', 4000)")
+    statements = [r[0] for r in conn.execute("SELECT * FROM shard_id_convert_indexes('orders')")]
+    assert refused.value.diag.message_detail.splitlines() == statements
     assert len(statements) == expect_indexes, statements
     for statement in statements:
         assert statement.startswith("CREATE ") and "CONCURRENTLY" in statement
         conn.execute(statement)
+    assert conn.execute("SELECT count(*) FROM shard_id_convert_indexes('orders')").fetchone()[0] == 0
 
 
 class Traffic:
@@ -122,7 +125,7 @@ def test_a_conversion_killed_halfway_resumes_under_traffic_and_swaps(cluster, db
 
         def convert():
             try:
-                victim.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 4000)")
+                victim.execute("CALL shard_id_convert('orders', 4000)")
             except psycopg.OperationalError:
                 pass  # killed
             done.set()
@@ -141,7 +144,7 @@ def test_a_conversion_killed_halfway_resumes_under_traffic_and_swaps(cluster, db
         with cluster.connect(db) as conn:
             notices = []
             conn.add_notice_handler(lambda d: notices.append(d.message_primary))
-            conn.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 4000)")
+            conn.execute("CALL shard_id_convert('orders', 4000)")
             assert any("rows/s" in n and "left" in n for n in notices)
             assert "shard_id_convert_finish" in notices[-1]
             conn.execute("CALL shard_id_convert_finish('orders')")
@@ -164,7 +167,7 @@ def test_a_partitioned_table_converts_and_its_primary_key_is_swapped(cluster, db
         prepare(conn, 2)
     with Traffic(cluster, db, lines=False) as traffic:
         with cluster.connect(db) as conn:
-            conn.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 4000)")
+            conn.execute("CALL shard_id_convert('orders', 4000)")
             conn.execute("CALL shard_id_convert_finish('orders')")
         time.sleep(0.3)
     assert traffic.errors == []
@@ -179,7 +182,7 @@ def test_a_converted_table_dumps_and_restores_and_new_ids_stay_above(cluster, db
     with cluster.connect(db) as conn:
         schema(conn)
         prepare(conn, 3)
-        conn.execute("CALL shard_id_convert('orders', 'created_at', 'orders_shard_id_seq', 5, 20000)")
+        conn.execute("CALL shard_id_convert('orders', 20000)")
         conn.execute("CALL shard_id_convert_finish('orders')")
         conn.execute("INSERT INTO orders (created_at, note) SELECT now(), 'new' FROM generate_series(1, 10)")
         before = conn.execute("SELECT count(*), sum(id), max(id) FROM orders").fetchone()

@@ -1,6 +1,7 @@
 -- shard_id_convert's refusals (issue 37): each with its SQLSTATE, before anything is changed.
 -- The conversion itself, under traffic, killed and resumed, is tests/guarantee/test_convert.py.
 SET TimeZone = 'UTC';
+SET client_min_messages = notice;
 \set SHOW_CONTEXT never
 CREATE SEQUENCE conv_seq;
 CREATE TABLE conv_nopk (created_at timestamptz);
@@ -10,20 +11,22 @@ INSERT INTO conv_ok (created_at) VALUES ('2026-02-01'), (NULL), ('2025-06-01'), 
 CREATE TABLE conv_pair (a int, b int, created_at timestamptz, PRIMARY KEY (a, b));
 CREATE TABLE conv_pair_ref (a int, b int, FOREIGN KEY (a, b) REFERENCES conv_pair);
 
-CALL shard_id_convert(NULL, 'created_at', 'conv_seq', 1);
-CALL shard_id_convert('conv_ok', 'created_at', 'conv_seq', 1, 0);
-CALL shard_id_convert('conv_nopk', 'created_at', 'conv_seq', 1);
-CALL shard_id_convert('conv_text', 'created_at', 'conv_seq', 1);
-CALL shard_id_convert('conv_ok', 'note', 'conv_seq', 1);
-CALL shard_id_convert('conv_ok', 'created_at', 'conv_seq', 1, new_column => 'note');
-CALL shard_id_convert('conv_pair', 'created_at', 'conv_seq', 1);
+CALL shard_id_convert_prepare(NULL, 'created_at', 'conv_seq', 1);
+CALL shard_id_convert(NULL);
+CALL shard_id_convert('conv_ok', 0);
+CALL shard_id_convert('conv_ok');
+CALL shard_id_convert_prepare('conv_nopk', 'created_at', 'conv_seq', 1);
+CALL shard_id_convert_prepare('conv_text', 'created_at', 'conv_seq', 1);
+CALL shard_id_convert_prepare('conv_ok', 'note', 'conv_seq', 1);
+CALL shard_id_convert_prepare('conv_ok', 'created_at', 'conv_seq', 1, new_column => 'note');
+CALL shard_id_convert_prepare('conv_pair', 'created_at', 'conv_seq', 1);
 -- NULL, before the epoch, in the future: three rows named by count
-CALL shard_id_convert('conv_ok', 'created_at', 'conv_seq', 1);
+CALL shard_id_convert_prepare('conv_ok', 'created_at', 'conv_seq', 1);
 CALL shard_id_convert_finish('conv_ok');
 -- only the owner
 CREATE ROLE regress_shard_id_converter;
 SET ROLE regress_shard_id_converter;
-CALL shard_id_convert('conv_ok', 'created_at', 'conv_seq', 1);
+CALL shard_id_convert_prepare('conv_ok', 'created_at', 'conv_seq', 1);
 RESET ROLE;
 DROP ROLE regress_shard_id_converter;
 -- the SQLSTATE of each
@@ -35,22 +38,26 @@ EXCEPTION WHEN others THEN
     RETURN SQLSTATE;
 END $$;
 SELECT q AS statement, pg_temp.sqlstate_of(q) AS sqlstate FROM (VALUES
-    ('CALL shard_id_convert(NULL, ''created_at'', ''conv_seq'', 1)'),
-    ('CALL shard_id_convert(''conv_ok'', ''created_at'', ''conv_seq'', 1, 0)'),
-    ('CALL shard_id_convert(''conv_nopk'', ''created_at'', ''conv_seq'', 1)'),
-    ('CALL shard_id_convert(''conv_text'', ''created_at'', ''conv_seq'', 1)'),
-    ('CALL shard_id_convert(''conv_ok'', ''created_at'', ''conv_seq'', 1, new_column => ''note'')'),
-    ('CALL shard_id_convert(''conv_pair'', ''created_at'', ''conv_seq'', 1)'),
-    ('CALL shard_id_convert(''conv_ok'', ''created_at'', ''conv_seq'', 1)'),
+    ('CALL shard_id_convert_prepare(NULL, ''created_at'', ''conv_seq'', 1)'),
+    ('CALL shard_id_convert(''conv_ok'', 0)'),
+    ('CALL shard_id_convert(''conv_ok'')'),
+    ('CALL shard_id_convert_prepare(''conv_nopk'', ''created_at'', ''conv_seq'', 1)'),
+    ('CALL shard_id_convert_prepare(''conv_text'', ''created_at'', ''conv_seq'', 1)'),
+    ('CALL shard_id_convert_prepare(''conv_ok'', ''created_at'', ''conv_seq'', 1, new_column => ''note'')'),
+    ('CALL shard_id_convert_prepare(''conv_pair'', ''created_at'', ''conv_seq'', 1)'),
+    ('CALL shard_id_convert_prepare(''conv_ok'', ''created_at'', ''conv_seq'', 1)'),
     ('CALL shard_id_convert_finish(''conv_ok'')')
 ) v(q);
 -- nothing was changed
 SELECT count(*) AS added_columns FROM pg_attribute WHERE attrelid = 'conv_ok'::regclass AND attname = 'shard_id';
 SELECT count(*) AS conversions FROM shard_id_conversions;
 
--- a table in order is prepared, then asks for its index
+-- a table in order is prepared; its conversion waits for its index
 DELETE FROM conv_ok WHERE created_at IS NULL OR created_at < '2026-01-01' OR created_at > now();
-CALL shard_id_convert('conv_ok', 'created_at', 'conv_seq', 1);
+CALL shard_id_convert_prepare('conv_ok', 'created_at', 'conv_seq', 1);
+CALL shard_id_convert_prepare('conv_ok', 'created_at', 'conv_seq', 1);
+CALL shard_id_convert('conv_ok');
+SELECT * FROM shard_id_convert_indexes('conv_ok');
 SELECT table_name, phase, rows_done FROM shard_id_conversions;
 SELECT pg_get_expr(adbin, adrelid) AS new_default FROM pg_attrdef
  WHERE adrelid = 'conv_ok'::regclass AND adnum = (SELECT attnum FROM pg_attribute WHERE attrelid = 'conv_ok'::regclass AND attname = 'shard_id');
