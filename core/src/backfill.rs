@@ -224,9 +224,13 @@ impl<const N: usize> Reservations<N> {
                     let slot = match free {
                         Some(slot) => slot,
                         None => {
+                            // An entry being filled is not taken here: two calls would
+                            // take each other's in turn and neither would ever fill its own
+                            // (seen with two sessions: 1,000 retries, then "no room").
                             let evictable = |e: &Entry| {
-                                e.handed.is_empty()
-                                    || oldest_running.is_some_and(|o| e.newest_taker < o)
+                                e.filled
+                                    && (e.handed.is_empty()
+                                        || oldest_running.is_some_and(|o| e.newest_taker < o))
                             };
                             let victim = bucket
                                 .clone()
@@ -239,8 +243,11 @@ impl<const N: usize> Reservations<N> {
                                 }
                                 None if oldest_running.is_none() => return Step::NeedOldestRunning,
                                 None => {
+                                    // filled entries first (least recently used first), then
+                                    // entries being filled (evicted only when every other one
+                                    // protects ids not stored yet)
                                     let mut held: Vec<usize> = bucket.clone().collect();
-                                    held.sort_by_key(|&i| t.entries[i].last_use);
+                                    held.sort_by_key(|&i| (!t.entries[i].filled, t.entries[i].last_use));
                                     return Step::NoRoom(
                                         held.into_iter()
                                             .map(|i| {
