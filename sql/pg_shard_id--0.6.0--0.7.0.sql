@@ -159,35 +159,33 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- Fills the new column of a row an UPDATE or INSERT left without one (a row moved behind the
--- batches, or inserted with the column named and NULL). TG_ARGV: new column, time column,
--- sequence, shard.
+-- batches, or inserted with the column named and NULL); the trigger's WHEN clause calls it only
+-- then. A row whose time is less than 1 second past (or ahead) gets a live id: its time has no
+-- past id yet. TG_ARGV: new column, time column, sequence, shard.
 CREATE FUNCTION _pg_shard_id.conversion_fill_row() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    row_json jsonb := to_jsonb(NEW);
+    ts timestamptz := (to_jsonb(NEW) ->> TG_ARGV[1])::timestamptz;
 BEGIN
-    IF row_json ->> TG_ARGV[0] IS NULL AND row_json ->> TG_ARGV[1] IS NOT NULL THEN
-        NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
-                   @extschema@.next_shard_id_at(TG_ARGV[2]::regclass, TG_ARGV[3]::integer,
-                                                (row_json ->> TG_ARGV[1])::timestamptz)));
-    END IF;
+    NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
+               CASE WHEN ts > clock_timestamp() - interval '1.5 s'
+                    THEN @extschema@.next_shard_id(TG_ARGV[2]::regclass, TG_ARGV[3]::integer)
+                    ELSE @extschema@.next_shard_id_at(TG_ARGV[2]::regclass, TG_ARGV[3]::integer, ts) END));
     RETURN NEW;
 END $$;
 
--- Gives a referencing row the new id of the row it references. TG_ARGV: foreign key column, its
--- new column, the referenced table, its key column, its new column.
+-- Gives a referencing row the new id of the row it references (the triggers' WHEN clauses call
+-- it for a new row, or an updated reference). TG_ARGV: foreign key column, its new column, the
+-- referenced table, its key column and that column's type, its new column.
 CREATE FUNCTION _pg_shard_id.conversion_fill_reference() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    row_json jsonb := to_jsonb(NEW);
     new_id bigint;
 BEGIN
-    IF row_json ->> TG_ARGV[0] IS NOT NULL AND (row_json ->> TG_ARGV[1] IS NULL OR
-       (TG_OP = 'UPDATE' AND row_json ->> TG_ARGV[0] IS DISTINCT FROM to_jsonb(OLD) ->> TG_ARGV[0])) THEN
-        EXECUTE format('SELECT %I FROM %s WHERE %I::text = $1', TG_ARGV[4], TG_ARGV[2], TG_ARGV[3])
-           INTO new_id USING row_json ->> TG_ARGV[0];
-        NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[1], new_id));
-    END IF;
+    -- (the key compared in its own type, so that the lookup uses the primary key)
+    EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2], TG_ARGV[3], TG_ARGV[4])
+       INTO new_id USING to_jsonb(NEW) ->> TG_ARGV[0];
+    NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[1], new_id));
     RETURN NEW;
 END $$;
 
@@ -257,18 +255,30 @@ BEGIN
     EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', tbl, new_column);
     EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s)',
                    tbl, new_column, seq::text, shard);
-    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION '
+    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW '
+                   'WHEN (NEW.%I IS NULL AND NEW.%I IS NOT NULL) EXECUTE FUNCTION '
                    '_pg_shard_id.conversion_fill_row(%L, %L, %L, %L)',
-                   'shard_id_convert_' || new_column, tbl, new_column, time_column, _pg_shard_id.qualified(seq), shard);
+                   'shard_id_convert_' || new_column, tbl, new_column, time_column,
+                   new_column, time_column, _pg_shard_id.qualified(seq), shard);
     FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, a.attname AS fk_column,
                     (a.attname || '_' || new_column)::name AS fk_new_column
                FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
               WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 LOOP
         EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', u.rel, u.fk_new_column);
-        EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW EXECUTE FUNCTION '
-                       '_pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L)',
+        EXECUTE format('CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW '
+                       'WHEN (NEW.%I IS NOT NULL AND NEW.%I IS NULL) EXECUTE FUNCTION '
+                       '_pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L)',
                        'shard_id_convert_' || u.fk_new_column, u.rel, u.fk_column, u.fk_new_column,
-                       _pg_shard_id.qualified(tbl), key_column, new_column);
+                       u.fk_column, u.fk_new_column, _pg_shard_id.qualified(tbl), key_column,
+                       (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column),
+                       new_column);
+        EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE ON %s FOR EACH ROW '
+                       'WHEN (NEW.%I IS NOT NULL AND (NEW.%I IS NULL OR NEW.%I IS DISTINCT FROM OLD.%I)) '
+                       'EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L)',
+                       'shard_id_convert_' || u.fk_new_column || '_update', u.rel, u.fk_column, u.fk_new_column,
+                       u.fk_column, u.fk_column, u.fk_column, u.fk_new_column, _pg_shard_id.qualified(tbl), key_column,
+                       (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column),
+                       new_column);
     END LOOP;
     INSERT INTO _pg_shard_id.conversions (relid, table_name, key_column, time_column, seq, shard, new_column,
                                           rows_estimate, started_at, updated_at)
@@ -333,6 +343,7 @@ DECLARE
     step bigint;
     done bigint;
     t0 timestamptz;
+    id_expression text;
 BEGIN
     IF tbl IS NULL OR batch_rows IS NULL THEN
         RAISE EXCEPTION 'pg_shard_id: shard_id_convert takes no NULL argument' USING ERRCODE = '22004';
@@ -359,6 +370,12 @@ BEGIN
     UPDATE _pg_shard_id.conversions c SET phase = 'filling' WHERE c.relid = tbl AND phase = 'prepared';
     COMMIT;
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    -- a row's id at its own time; a time less than 1 second past (a row written while the
+    -- conversion was prepared) gets a live id, as in the trigger
+    id_expression := format('CASE WHEN %1$I > clock_timestamp() - interval ''1.5 s'' '
+                            'THEN @extschema@.next_shard_id(%2$L::regclass, %3$s) '
+                            'ELSE @extschema@.next_shard_id_at(%2$L::regclass, %3$s, %1$I) END',
+                            state.time_column, state.seq::text, state.shard);
     -- the batches: block ranges of each unit, one transaction each
     FOR u IN SELECT * FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) un
               WHERE un.unit >= state.unit ORDER BY un.unit LOOP
@@ -373,9 +390,9 @@ BEGIN
             step := greatest(1, (batch_rows / greatest(1, (SELECT reltuples / nullif(relpages, 0) FROM pg_class WHERE oid = u.rel)))::bigint);
             t0 := clock_timestamp();
             IF u.kind = 'table' THEN
-                EXECUTE format('UPDATE %s SET %I = @extschema@.next_shard_id_at(%L::regclass, %s, %I) '
+                EXECUTE format('UPDATE %s SET %I = %s '
                                'WHERE ctid >= format(''(%%s,0)'', $1::bigint)::tid AND ctid < format(''(%%s,0)'', $2::bigint)::tid AND %I IS NULL',
-                               u.rel, state.new_column, state.seq::text, state.shard, state.time_column, state.new_column)
+                               u.rel, state.new_column, id_expression, state.new_column)
                    USING state.next_block, state.next_block + step;
             ELSE
                 EXECUTE format('UPDATE %s c SET %I = p.%I FROM %s p '
@@ -403,8 +420,8 @@ BEGIN
     END LOOP;
     -- the sweep: rows still without an id (an UPDATE that moved a row is filled by the trigger;
     -- this catches anything else) through the new column's index
-    EXECUTE format('UPDATE %s SET %I = @extschema@.next_shard_id_at(%L::regclass, %s, %I) WHERE %I IS NULL',
-                   tbl, state.new_column, state.seq::text, state.shard, state.time_column, state.new_column);
+    EXECUTE format('UPDATE %s SET %I = %s WHERE %I IS NULL AND %I IS NOT NULL',
+                   tbl, state.new_column, id_expression, state.new_column, state.time_column);
     GET DIAGNOSTICS done = ROW_COUNT;
     FOR u IN SELECT * FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) un WHERE un.kind = 'child' LOOP
         EXECUTE format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I IS NULL AND c.%I IS NOT NULL AND p.%I = c.%I',
@@ -459,6 +476,7 @@ BEGIN
         EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', u.rel);
         EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, u.conname);
         EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || u.fk_new_column, u.rel);
+        EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || u.fk_new_column || '_update', u.rel);
         EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_column, (u.fk_column || '_before_shard_id')::name);
         EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_new_column, u.fk_column);
         -- the same action clauses, on the new columns; validated after the commit
