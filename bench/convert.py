@@ -54,9 +54,9 @@ def main():
             t = time.monotonic()
             conn.execute("INSERT INTO orders (created_at, item) SELECT '2026-01-02'::timestamptz + "
                          "g * (interval '300 days' / %s), 'item' FROM generate_series(1, %s) g", (N, N))
-            conn.execute("INSERT INTO lines (order_id, qty) SELECT 1 + (g * 7919) %% %s, 1 FROM generate_series(1, %s) g",
+            conn.execute("INSERT INTO lines (order_id, qty) SELECT 1 + (g::bigint * 7919) %% %s, 1 FROM generate_series(1, %s) g",
                          (N, N))
-            conn.execute("INSERT INTO refunds (order_id, amount) SELECT 1 + (g * 104729) %% %s, 1 "
+            conn.execute("INSERT INTO refunds (order_id, amount) SELECT 1 + (g::bigint * 104729) %% %s, 1 "
                          "  FROM generate_series(1, %s) g", (N, N // 10))
             conn.execute("CREATE INDEX ON lines (order_id)")
             conn.execute("CREATE INDEX ON refunds (order_id)")

@@ -198,6 +198,10 @@ BEGIN
                         bad, tbl, time_column, to_char(epoch_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
             USING ERRCODE = '22023', HINT = 'Fix or delete those rows, then convert.';
     END IF;
+    -- the sequence's first id, before its column exists: its data floor is read now (nothing is
+    -- stored yet), not at the first insert, when the new column has no index and would make new
+    -- ids start 10 minutes ahead of the clock ("cannot tell")
+    PERFORM @extschema@.next_shard_id(seq, shard);
     EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', tbl, new_column);
     EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s)',
                    tbl, new_column, seq::text, shard);
@@ -409,6 +413,18 @@ BEGIN
     END IF;
     EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', tbl, check_name);
     COMMIT;
+    -- the same for each NOT NULL foreign key column: its new column becomes NOT NULL in the swap
+    FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, (a.attname || '_' || state.new_column)::name AS fk_new_column
+               FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+              WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 AND a.attnotnull LOOP
+        IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = u.rel AND conname = ('shard_id_convert_' || u.fk_new_column)::name) THEN
+            EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID',
+                           u.rel, 'shard_id_convert_' || u.fk_new_column, u.fk_new_column);
+            COMMIT;
+        END IF;
+        EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, 'shard_id_convert_' || u.fk_new_column);
+        COMMIT;
+    END LOOP;
     -- the swap: one short transaction, no scan
     SET LOCAL lock_timeout = '10s';
     EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
@@ -416,7 +432,7 @@ BEGIN
     -- swapped; made again on the new columns once the new primary key stands
     FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, c.conname, a.attname AS fk_column,
                     (a.attname || '_' || state.new_column)::name AS fk_new_column,
-                    pg_get_constraintdef(c.oid) AS def
+                    pg_get_constraintdef(c.oid) AS def, a.attnotnull AS not_null
                FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
               WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 LOOP
         EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', u.rel);
@@ -425,6 +441,12 @@ BEGIN
         EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || u.fk_new_column || '_update', u.rel);
         EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_column, (u.fk_column || '_before_shard_id')::name);
         EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_new_column, u.fk_column);
+        IF u.not_null THEN
+            -- the old column is no longer given; the new one is NOT NULL (its CHECK was validated)
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL', u.rel, (u.fk_column || '_before_shard_id')::name);
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', u.rel, u.fk_column);
+            EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, 'shard_id_convert_' || u.fk_new_column);
+        END IF;
         -- the same action clauses, on the new columns; validated after the commit
         adds := adds || format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', u.rel, u.conname,
                        regexp_replace(u.def, '^FOREIGN KEY \([^)]*\) REFERENCES [^(]*\([^)]*\)',

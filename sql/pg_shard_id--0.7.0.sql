@@ -51,6 +51,25 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
+-- src/lib.rs:48
+-- requires:
+--   info::pg_shard_id_info
+
+-- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
+DO $$
+BEGIN
+    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
+        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
+        -- for this statement only, so that the NOTICE reaches the user.
+        PERFORM set_config('client_min_messages', 'notice', true);
+        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
+            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
+    END IF;
+END
+$$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
 -- src/lib.rs:54
 -- requires:
 --   info::pg_shard_id_info
@@ -548,6 +567,18 @@ BEGIN
     END IF;
     EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', tbl, check_name);
     COMMIT;
+    -- the same for each NOT NULL foreign key column: its new column becomes NOT NULL in the swap
+    FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, (a.attname || '_' || state.new_column)::name AS fk_new_column
+               FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+              WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 AND a.attnotnull LOOP
+        IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = u.rel AND conname = ('shard_id_convert_' || u.fk_new_column)::name) THEN
+            EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID',
+                           u.rel, 'shard_id_convert_' || u.fk_new_column, u.fk_new_column);
+            COMMIT;
+        END IF;
+        EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, 'shard_id_convert_' || u.fk_new_column);
+        COMMIT;
+    END LOOP;
     -- the swap: one short transaction, no scan
     SET LOCAL lock_timeout = '10s';
     EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
@@ -555,7 +586,7 @@ BEGIN
     -- swapped; made again on the new columns once the new primary key stands
     FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, c.conname, a.attname AS fk_column,
                     (a.attname || '_' || state.new_column)::name AS fk_new_column,
-                    pg_get_constraintdef(c.oid) AS def
+                    pg_get_constraintdef(c.oid) AS def, a.attnotnull AS not_null
                FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
               WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 LOOP
         EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', u.rel);
@@ -564,6 +595,12 @@ BEGIN
         EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || u.fk_new_column || '_update', u.rel);
         EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_column, (u.fk_column || '_before_shard_id')::name);
         EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_new_column, u.fk_column);
+        IF u.not_null THEN
+            -- the old column is no longer given; the new one is NOT NULL (its CHECK was validated)
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL', u.rel, (u.fk_column || '_before_shard_id')::name);
+            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', u.rel, u.fk_column);
+            EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, 'shard_id_convert_' || u.fk_new_column);
+        END IF;
         -- the same action clauses, on the new columns; validated after the commit
         adds := adds || format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', u.rel, u.conname,
                        regexp_replace(u.def, '^FOREIGN KEY \([^)]*\) REFERENCES [^(]*\([^)]*\)',
@@ -611,25 +648,6 @@ BEGIN
     END LOOP;
     RAISE NOTICE 'pg_shard_id: %.% now holds the time-ordered ids; the old key is in %', tbl, state.key_column, old_name;
 END $$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
--- src/lib.rs:48
--- requires:
---   info::pg_shard_id_info
-
--- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
-DO $$
-BEGIN
-    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
-        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
-        -- for this statement only, so that the NOTICE reaches the user.
-        PERFORM set_config('client_min_messages', 'notice', true);
-        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
-            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
-    END IF;
-END
-$$;
 /* </end connected objects> */
 
 /* <begin connected objects> */

@@ -247,7 +247,9 @@ impl<const N: usize> Reservations<N> {
                                     // entries being filled (evicted only when every other one
                                     // protects ids not stored yet)
                                     let mut held: Vec<usize> = bucket.clone().collect();
-                                    held.sort_by_key(|&i| (!t.entries[i].filled, t.entries[i].last_use));
+                                    held.sort_by_key(|&i| {
+                                        (!t.entries[i].filled, t.entries[i].last_use)
+                                    });
                                     return Step::NoRoom(
                                         held.into_iter()
                                             .map(|i| {

@@ -187,18 +187,8 @@ unsafe fn read_endpoint(
                 }
                 continue;
             }
-            if !(*scan).xs_itup.is_null() {
-                let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
-                let mut nulls = [true; pg_sys::INDEX_MAX_KEYS as usize];
-                pg_sys::index_deform_tuple(
-                    (*scan).xs_itup,
-                    (*scan).xs_itupdesc,
-                    values.as_mut_ptr(),
-                    nulls.as_mut_ptr(),
-                );
-                if !nulls[0] {
-                    newest = Ok(Some(values[0].value() as i64));
-                }
+            if let Some(id) = first_key(scan) {
+                newest = Ok(Some(id));
             }
             break;
         }
@@ -207,6 +197,28 @@ unsafe fn read_endpoint(
         pg_sys::relation_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::UnlockRelationOid(index_oid, lock);
         newest
+    }
+}
+
+/// The bigint in the first column of the index tuple the scan is on (`None`: NULL, or no tuple).
+///
+/// # Safety
+/// `scan` is an index scan with `xs_want_itup`, positioned by `index_getnext_tid`.
+unsafe fn first_key(scan: pg_sys::IndexScanDesc) -> Option<i64> {
+    // SAFETY: the caller's contract; the tuple is deformed into arrays of INDEX_MAX_KEYS.
+    unsafe {
+        if (*scan).xs_itup.is_null() {
+            return None;
+        }
+        let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
+        let mut nulls = [true; pg_sys::INDEX_MAX_KEYS as usize];
+        pg_sys::index_deform_tuple(
+            (*scan).xs_itup,
+            (*scan).xs_itupdesc,
+            values.as_mut_ptr(),
+            nulls.as_mut_ptr(),
+        );
+        (!nulls[0]).then(|| values[0].value() as i64)
     }
 }
 
@@ -277,19 +289,8 @@ pub unsafe fn remainders_in(
         while !pg_sys::index_getnext_tid(scan, pg_sys::ScanDirection::ForwardScanDirection)
             .is_null()
         {
-            if (*scan).xs_itup.is_null() {
-                continue;
-            }
-            let mut values = [pg_sys::Datum::from(0); pg_sys::INDEX_MAX_KEYS as usize];
-            let mut nulls = [true; pg_sys::INDEX_MAX_KEYS as usize];
-            pg_sys::index_deform_tuple(
-                (*scan).xs_itup,
-                (*scan).xs_itupdesc,
-                values.as_mut_ptr(),
-                nulls.as_mut_ptr(),
-            );
-            if !nulls[0] {
-                found.insert(remainder_of(values[0].value() as i64));
+            if let Some(id) = first_key(scan) {
+                found.insert(remainder_of(id));
             }
         }
         pg_sys::index_endscan(scan);

@@ -24,7 +24,7 @@ def schema(conn, partitioned=False):
     else:
         conn.execute("CREATE TABLE orders (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL, note text)")
         conn.execute("CREATE TABLE lines (id bigserial PRIMARY KEY, "
-                     "order_id bigint REFERENCES orders ON DELETE CASCADE, qty int)")
+                     "order_id bigint NOT NULL REFERENCES orders ON DELETE CASCADE, qty int)")
         conn.execute("CREATE TABLE refunds (id bigserial PRIMARY KEY, order_id bigint REFERENCES orders, amount int)")
     conn.execute(
         "INSERT INTO orders (created_at, note) "
@@ -97,6 +97,11 @@ def check_converted(conn, lines=True):
         "                        shard_id_extract_timestamp(id) <> date_trunc('milliseconds', created_at)) "
         "  FROM orders").fetchone()
     assert (distinct, nulls, misplaced) == (total, 0, 0)
+    # rows inserted during the conversion got live ids at the time of their insert (not 10
+    # minutes ahead, as when the new column's first id found it without an index)
+    ahead = conn.execute("SELECT max(shard_id_extract_timestamp(id) - created_at) FROM orders "
+                         " WHERE note = 'new'").fetchone()[0]
+    assert ahead is None or ahead.total_seconds() < 60, ahead
     # every id of the history is below every id the DEFAULT made during and after
     assert conn.execute("SELECT max(id) FILTER (WHERE note LIKE 'old%') < min(id) FILTER (WHERE note = 'new') "
                         "  FROM orders").fetchone()[0]

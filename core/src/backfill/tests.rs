@@ -295,15 +295,29 @@ fn two_calls_filling_at_once_do_not_evict_each_others_entry() {
         db.index.insert(id(key(0, ms), r), (Row::Live, 100));
     }
     let (a, b) = (key(0, 50), key(0, 51));
-    let Step::Fill(ticket_a) = table.reserve(a, 0, 100, None) else { panic!("a claims") };
+    let Step::Fill(ticket_a) = table.reserve(a, 0, 100, None) else {
+        panic!("a claims")
+    };
     // b's claim must not take a's entry, which is being filled: a stored one goes instead
     let oldest = db.oldest_running();
     let step_b = table.reserve(b, 0, 100, Some(oldest));
-    let Step::NoRoom(held) = step_b else { panic!("b finds no free entry: {step_b:?}") };
-    assert_ne!(held.last().unwrap().1, key(0, 6), "the entry being filled is tried last");
+    let Step::NoRoom(held) = step_b else {
+        panic!("b finds no free entry: {step_b:?}")
+    };
+    assert_ne!(
+        held.last().unwrap().1,
+        key(0, 6),
+        "the entry being filled is tried last"
+    );
     assert_eq!(held.last().unwrap().1, a);
     let (t0, k0) = held[0];
     assert!(table.evict_if_stored(t0, k0, &db.stored(k0).unwrap()));
-    assert!(matches!(table.reserve(b, 0, 100, Some(oldest)), Step::Fill(_)));
-    assert!(table.fill(ticket_a, a, &db.stored(a).unwrap()), "a's entry is still a's");
+    assert!(matches!(
+        table.reserve(b, 0, 100, Some(oldest)),
+        Step::Fill(_)
+    ));
+    assert!(
+        table.fill(ticket_a, a, &db.stored(a).unwrap()),
+        "a's entry is still a's"
+    );
 }

@@ -38,14 +38,7 @@ CREATE TABLE masked (id bigint DEFAULT shard_id_mask(next_shard_id('unused_seq',
 SELECT next_shard_id_at('unused_seq', 3, '2026-03-01');
 
 -- the SQLSTATE of each
-CREATE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'no error';
-EXCEPTION WHEN others THEN
-    RETURN SQLSTATE;
-END $$;
-SELECT q AS statement, pg_temp.sqlstate_of(q) AS sqlstate FROM (VALUES
+SELECT q AS statement, sqlstate_of(q) AS sqlstate FROM (VALUES
     ('SELECT next_shard_id_at(''hist_seq'', 8192, ''2026-03-01'')'),
     ('SELECT next_shard_id_at(''hist_seq'', 3, ''2025-12-31'')'),
     ('SELECT next_shard_id_at(''hist_seq'', 3, ''infinity'')'),

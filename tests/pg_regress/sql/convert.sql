@@ -30,14 +30,7 @@ CALL shard_id_convert_prepare('conv_ok', 'created_at', 'conv_seq', 1);
 RESET ROLE;
 DROP ROLE regress_shard_id_converter;
 -- the SQLSTATE of each
-CREATE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'no error';
-EXCEPTION WHEN others THEN
-    RETURN SQLSTATE;
-END $$;
-SELECT q AS statement, pg_temp.sqlstate_of(q) AS sqlstate FROM (VALUES
+SELECT q AS statement, sqlstate_of(q) AS sqlstate FROM (VALUES
     ('CALL shard_id_convert_prepare(NULL, ''created_at'', ''conv_seq'', 1)'),
     ('CALL shard_id_convert(''conv_ok'', 0)'),
     ('CALL shard_id_convert(''conv_ok'')'),
