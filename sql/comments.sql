@@ -69,3 +69,18 @@ COMMENT ON FUNCTION shard_id_mask_keys_record() IS
     'Records the check value of every key of pg_shard_id.keys that has none (superuser); a key id whose key then differs is refused.';
 COMMENT ON FUNCTION next_shard_id_at(regclass, integer, timestamptz) IS
     'An id of the sequence and shard at a past time (at least 1 second ago), for history, imports and converting keys: in that millisecond or the first later one with a free remainder, equal to no id stored in a column whose DEFAULT draws from the sequence, nor to one another session holds. Needs shared_preload_libraries.';
+COMMENT ON PROCEDURE shard_id_convert_prepare(regclass, name, regclass, integer, name) IS
+    'Prepares converting a table''s keys to time-ordered ids: a new column with DEFAULT next_shard_id, triggers, and a progress record; no rewrite. Only the table''s owner.';
+COMMENT ON FUNCTION shard_id_convert_indexes(regclass) IS
+    'The CREATE INDEX CONCURRENTLY statements a prepared conversion still needs (psql runs them when the query is ended with gexec); none when ready.';
+COMMENT ON PROCEDURE shard_id_convert(regclass, integer) IS
+    'Gives every existing row of a prepared table its id at its own time (next_shard_id_at), in batches that commit, with a NOTICE per batch; resumable.';
+COMMENT ON PROCEDURE shard_id_convert_finish(regclass) IS
+    'Swaps the new ids in as the key, in one short transaction without a scan; the old key stays as <key>_before_shard_id and foreign keys follow.';
+COMMENT ON VIEW shard_id_conversions IS
+    'Conversions of tables'' keys and their progress (rows done, rows per second, time left), for the tables the current role owns.';
+COMMENT ON FUNCTION _pg_shard_id.qualified(regclass) IS 'A relation''s name with its schema, quoted (for triggers run under another search_path).';
+COMMENT ON FUNCTION _pg_shard_id.leaves(regclass) IS 'The leaf partitions of a relation, or the table itself.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_units(regclass, name, name) IS 'The work of a conversion: each leaf of the table, then each leaf of each referencing table.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_fill_row() IS 'Trigger of a conversion: the id of a row an UPDATE moved behind the batches, or inserted without one.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_fill_reference() IS 'Trigger of a conversion: the new id of the row a referencing row references.';

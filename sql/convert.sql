@@ -70,7 +70,7 @@ GRANT SELECT ON shard_id_conversions TO PUBLIC;
 
 -- A relation's name with its schema, quoted: what a trigger, run under another search_path, reads.
 CREATE FUNCTION _pg_shard_id.qualified(rel regclass) RETURNS text
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT format('%I.%I', n.nspname, c.relname)
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel
 $$;
@@ -78,7 +78,7 @@ $$;
 -- The leaves of a relation's partition tree, or the table itself when it has none (pg_partition_tree
 -- gives no row for a table that is not partitioned).
 CREATE FUNCTION _pg_shard_id.leaves(rel regclass) RETURNS SETOF regclass
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.isleaf
     UNION
     SELECT c.oid::regclass FROM pg_class c WHERE c.oid = rel AND c.relkind = 'r'
@@ -88,7 +88,7 @@ $$;
 -- each leaf of each referencing table (its blocks get the referenced row's new id).
 CREATE FUNCTION _pg_shard_id.conversion_units(tbl regclass, key_column name, new_column name)
 RETURNS TABLE (unit integer, kind text, rel regclass, fk_column name, fk_new_column name, fk_name name)
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     WITH leaves AS (
         SELECT 'table'::text AS kind, t AS rel, NULL::name AS fk_column,
                NULL::name AS fk_new_column, NULL::name AS fk_name
@@ -245,7 +245,7 @@ END $$;
 -- an index on each new column, which next_shard_id_at reads and the swap turns into the primary
 -- key and the foreign keys' lookups. Run them in psql with \gexec.
 CREATE FUNCTION shard_id_convert_indexes(tbl regclass) RETURNS SETOF text
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     state _pg_shard_id.conversions;
     pk_columns text;

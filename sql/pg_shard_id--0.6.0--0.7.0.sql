@@ -124,7 +124,7 @@ GRANT SELECT ON shard_id_conversions TO PUBLIC;
 
 -- A relation's name with its schema, quoted: what a trigger, run under another search_path, reads.
 CREATE FUNCTION _pg_shard_id.qualified(rel regclass) RETURNS text
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT format('%I.%I', n.nspname, c.relname)
       FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace WHERE c.oid = rel
 $$;
@@ -132,7 +132,7 @@ $$;
 -- The leaves of a relation's partition tree, or the table itself when it has none (pg_partition_tree
 -- gives no row for a table that is not partitioned).
 CREATE FUNCTION _pg_shard_id.leaves(rel regclass) RETURNS SETOF regclass
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.isleaf
     UNION
     SELECT c.oid::regclass FROM pg_class c WHERE c.oid = rel AND c.relkind = 'r'
@@ -142,7 +142,7 @@ $$;
 -- each leaf of each referencing table (its blocks get the referenced row's new id).
 CREATE FUNCTION _pg_shard_id.conversion_units(tbl regclass, key_column name, new_column name)
 RETURNS TABLE (unit integer, kind text, rel regclass, fk_column name, fk_new_column name, fk_name name)
-LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     WITH leaves AS (
         SELECT 'table'::text AS kind, t AS rel, NULL::name AS fk_column,
                NULL::name AS fk_new_column, NULL::name AS fk_name
@@ -252,6 +252,10 @@ BEGIN
                         bad, tbl, time_column, to_char(epoch_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
             USING ERRCODE = '22023', HINT = 'Fix or delete those rows, then convert.';
     END IF;
+    -- the sequence's first id, before its column exists: its data floor is read now (nothing is
+    -- stored yet), not at the first insert, when the new column has no index and would make new
+    -- ids start 10 minutes ahead of the clock ("cannot tell")
+    PERFORM @extschema@.next_shard_id(seq, shard);
     EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', tbl, new_column);
     EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s)',
                    tbl, new_column, seq::text, shard);
@@ -295,7 +299,7 @@ END $$;
 -- an index on each new column, which next_shard_id_at reads and the swap turns into the primary
 -- key and the foreign keys' lookups. Run them in psql with \gexec.
 CREATE FUNCTION shard_id_convert_indexes(tbl regclass) RETURNS SETOF text
-LANGUAGE plpgsql STABLE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     state _pg_shard_id.conversions;
     pk_columns text;
@@ -544,3 +548,19 @@ BEGIN
     END LOOP;
     RAISE NOTICE 'pg_shard_id: %.% now holds the time-ordered ids; the old key is in %', tbl, state.key_column, old_name;
 END $$;
+
+COMMENT ON PROCEDURE shard_id_convert_prepare(regclass, name, regclass, integer, name) IS
+    'Prepares converting a table''s keys to time-ordered ids: a new column with DEFAULT next_shard_id, triggers, and a progress record; no rewrite. Only the table''s owner.';
+COMMENT ON FUNCTION shard_id_convert_indexes(regclass) IS
+    'The CREATE INDEX CONCURRENTLY statements a prepared conversion still needs (psql runs them when the query is ended with gexec); none when ready.';
+COMMENT ON PROCEDURE shard_id_convert(regclass, integer) IS
+    'Gives every existing row of a prepared table its id at its own time (next_shard_id_at), in batches that commit, with a NOTICE per batch; resumable.';
+COMMENT ON PROCEDURE shard_id_convert_finish(regclass) IS
+    'Swaps the new ids in as the key, in one short transaction without a scan; the old key stays as <key>_before_shard_id and foreign keys follow.';
+COMMENT ON VIEW shard_id_conversions IS
+    'Conversions of tables'' keys and their progress (rows done, rows per second, time left), for the tables the current role owns.';
+COMMENT ON FUNCTION _pg_shard_id.qualified(regclass) IS 'A relation''s name with its schema, quoted (for triggers run under another search_path).';
+COMMENT ON FUNCTION _pg_shard_id.leaves(regclass) IS 'The leaf partitions of a relation, or the table itself.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_units(regclass, name, name) IS 'The work of a conversion: each leaf of the table, then each leaf of each referencing table.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_fill_row() IS 'Trigger of a conversion: the id of a row an UPDATE moved behind the batches, or inserted without one.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_fill_reference() IS 'Trigger of a conversion: the new id of the row a referencing row references.';

@@ -406,6 +406,17 @@ mod tests {
             "shard_id_mask_shortcode(bigint,text):srs",
             "shard_id_unmask_shortcode(text,text):iss",
             "shard_id_mask_keys_record():vus",
+            "next_shard_id_at(regclass,integer,timestamp with time zone):vus",
+            // converting a table's keys: procedures (not STRICT: 22004), their helpers
+            "shard_id_convert_prepare(regclass,name,regclass,integer,name):vu-",
+            "shard_id_convert(regclass,integer):vu-",
+            "shard_id_convert_finish(regclass):vu-",
+            "shard_id_convert_indexes(regclass):sss",
+            "_pg_shard_id.qualified(regclass):sss",
+            "_pg_shard_id.leaves(regclass):sss",
+            "_pg_shard_id.conversion_units(regclass,name,name):sss",
+            "_pg_shard_id.conversion_fill_row():vu-",
+            "_pg_shard_id.conversion_fill_reference():vu-",
         ];
         for label in expected {
             assert!(labels.contains(label), "{label} missing from {labels}");
