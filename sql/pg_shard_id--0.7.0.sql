@@ -51,25 +51,6 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:48
--- requires:
---   info::pg_shard_id_info
-
--- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
-DO $$
-BEGIN
-    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
-        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
-        -- for this statement only, so that the NOTICE reaches the user.
-        PERFORM set_config('client_min_messages', 'notice', true);
-        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
-            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
-    END IF;
-END
-$$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/lib.rs:54
 -- requires:
 --   info::pg_shard_id_info
@@ -215,7 +196,7 @@ CREATE POLICY owner_only ON _pg_shard_id.conversions
     USING (pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = relid), 'USAGE'));
 GRANT SELECT, INSERT, UPDATE, DELETE ON _pg_shard_id.conversions TO PUBLIC;
 
-CREATE VIEW shard_id_conversions WITH (security_barrier) AS
+CREATE VIEW shard_id_conversions WITH (security_barrier, security_invoker) AS
 SELECT table_name, phase, rows_done, rows_estimate,
        round(100.0 * rows_done / nullif(greatest(rows_estimate, rows_done), 0), 1) AS percent_done,
        round(rows_per_second::numeric) AS rows_per_second,
@@ -242,6 +223,20 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
     SELECT c.oid::regclass FROM pg_class c WHERE c.oid = rel AND c.relkind = 'r'
 $$;
 
+-- The foreign keys that reference the key column of a table (one column each, declared on the
+-- referencing table, not a partition's copy): what a conversion carries. A foreign key to another
+-- unique column of the table is not touched (its values do not change).
+CREATE FUNCTION _pg_shard_id.conversion_references(tbl regclass, key_column name)
+RETURNS TABLE (rel regclass, conname name, fk_column name, not_null boolean, def text)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.conrelid::regclass, c.conname, a.attname, a.attnotnull, pg_get_constraintdef(c.oid)
+      FROM pg_constraint c
+      JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+     WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
+       AND c.confkey = ARRAY[(SELECT k.attnum FROM pg_attribute k WHERE k.attrelid = tbl AND k.attname = key_column)]
+     ORDER BY c.conrelid, c.conname
+$$;
+
 -- The work of a conversion, in a fixed order: each leaf of the table (its blocks get ids), then
 -- each leaf of each referencing table (its blocks get the referenced row's new id).
 CREATE FUNCTION _pg_shard_id.conversion_units(tbl regclass, key_column name, new_column name)
@@ -252,11 +247,9 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
                NULL::name AS fk_new_column, NULL::name AS fk_name
           FROM _pg_shard_id.leaves(tbl) t
         UNION ALL
-        SELECT 'child', t, a.attname, (a.attname || '_' || new_column)::name, c.conname
-          FROM pg_constraint c
-          JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-          CROSS JOIN LATERAL _pg_shard_id.leaves(c.conrelid) t
-         WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
+        SELECT 'child', t, r.fk_column, (r.fk_column || '_' || new_column)::name, r.conname
+          FROM _pg_shard_id.conversion_references(tbl, key_column) r
+          CROSS JOIN LATERAL _pg_shard_id.leaves(r.rel) t
     )
     SELECT (row_number() OVER (ORDER BY kind DESC, rel::oid, fk_name))::integer - 1, *
       FROM leaves
@@ -276,6 +269,10 @@ BEGIN
                     THEN @extschema@.next_shard_id(TG_ARGV[2]::regclass, TG_ARGV[3]::integer)
                     ELSE @extschema@.next_shard_id_at(TG_ARGV[2]::regclass, TG_ARGV[3]::integer, ts) END));
     RETURN NEW;
+EXCEPTION WHEN object_not_in_prerequisite_state THEN
+    -- the new column's index is not built yet (between the prepare and the index build): the
+    -- row keeps no id for now; the batches, which start once the index exists, give it one
+    RETURN NEW;
 END $$;
 
 -- Gives a referencing row the new id of the row it references (the triggers' WHEN clauses call
@@ -286,9 +283,12 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     new_id bigint;
 BEGIN
-    -- (the key compared in its own type, so that the lookup uses the primary key)
-    EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2], TG_ARGV[3], TG_ARGV[4])
-       INTO new_id USING to_jsonb(NEW) ->> TG_ARGV[0];
+    -- (the key compared in its own type, so that the lookup uses the primary key; a reference
+    -- set to NULL gets NULL)
+    IF to_jsonb(NEW) ->> TG_ARGV[0] IS NOT NULL THEN
+        EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2], TG_ARGV[3], TG_ARGV[4])
+           INTO new_id USING to_jsonb(NEW) ->> TG_ARGV[0];
+    END IF;
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[1], new_id));
     RETURN NEW;
 END $$;
@@ -322,13 +322,21 @@ BEGIN
         RAISE NOTICE 'pg_shard_id: % is prepared already (%)', tbl, state.phase;
         RETURN;
     END IF;
-    -- the key: a single-column primary key
-    SELECT a.attname INTO key_column
-      FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-     WHERE c.conrelid = tbl AND c.contype = 'p';
-    IF key_column IS NULL THEN
-        RAISE EXCEPTION 'pg_shard_id: % has no primary key to convert', tbl USING ERRCODE = '55000';
+    -- the key: the one column of the primary key (of a partitioned table: the one that is not
+    -- in the partition key, which its primary key must hold)
+    SELECT array_agg(a.attname) INTO missing
+      FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+     WHERE c.conrelid = tbl AND c.contype = 'p'
+       AND a.attnum <> ALL (coalesce((SELECT p.partattrs::int2[] FROM pg_partitioned_table p WHERE p.partrelid = tbl), '{}'));
+    IF cardinality(missing) IS DISTINCT FROM 1 THEN
+        RAISE EXCEPTION 'pg_shard_id: % has no single-column primary key to convert', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = CASE WHEN missing IS NULL THEN 'It has no primary key, or only partition key columns in it.'
+                                ELSE format('Its primary key has %s columns besides the partition key: %s.',
+                                            cardinality(missing), array_to_string(missing, ', ')) END;
     END IF;
+    key_column := missing[1];
+    missing := NULL;
     IF (SELECT atttypid FROM pg_attribute WHERE attrelid = tbl AND attname = time_column AND NOT attisdropped)
        IS DISTINCT FROM 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'pg_shard_id: %.% is not a timestamptz column', tbl, time_column
@@ -341,18 +349,19 @@ BEGIN
     END IF;
     SELECT array_agg(format('%s (%s)', c.conrelid::regclass, c.conname)) INTO missing
       FROM pg_constraint c WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
-       AND cardinality(c.conkey) > 1;
+       AND cardinality(c.confkey) > 1
+       AND (SELECT k.attnum FROM pg_attribute k WHERE k.attrelid = tbl AND k.attname = key_column) = ANY (c.confkey);
     IF missing IS NOT NULL THEN
         RAISE EXCEPTION 'pg_shard_id: composite foreign keys reference %: %', tbl, array_to_string(missing, ', ')
             USING ERRCODE = '0A000';
     END IF;
-    -- every row needs a time the layout holds, at least 1 second in the past
+    -- every row needs a time the layout holds (a time less than 1.5 s past, or ahead of the
+    -- clock, gets a live id: rows keep being inserted while this runs)
     epoch_ts := (SELECT epoch FROM @extschema@.pg_shard_id_info());
-    EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL OR %I < $1 OR %I > clock_timestamp() - interval ''1 s''',
-                   tbl, time_column, time_column, time_column)
+    EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL OR %I < $1', tbl, time_column, time_column)
        INTO bad USING epoch_ts;
     IF bad > 0 THEN
-        RAISE EXCEPTION 'pg_shard_id: % rows of % have a % that is NULL, before the epoch (%) or not yet 1 second past',
+        RAISE EXCEPTION 'pg_shard_id: % rows of % have a % that is NULL or before the epoch (%)',
                         bad, tbl, time_column, to_char(epoch_ts AT TIME ZONE 'UTC', 'YYYY-MM-DD HH24:MI:SS "UTC"')
             USING ERRCODE = '22023', HINT = 'Fix or delete those rows, then convert.';
     END IF;
@@ -368,10 +377,8 @@ BEGIN
                    '_pg_shard_id.conversion_fill_row(%L, %L, %L, %L)',
                    'shard_id_convert_' || new_column, tbl, new_column, time_column,
                    new_column, time_column, _pg_shard_id.qualified(seq), shard);
-    FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, a.attname AS fk_column,
-                    (a.attname || '_' || new_column)::name AS fk_new_column
-               FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-              WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 LOOP
+    FOR u IN SELECT DISTINCT r.rel, r.fk_column, (r.fk_column || '_' || new_column)::name AS fk_new_column
+               FROM _pg_shard_id.conversion_references(tbl, key_column) r LOOP
         EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', u.rel, u.fk_new_column);
         EXECUTE format('CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW '
                        'WHEN (NEW.%I IS NOT NULL AND NEW.%I IS NULL) EXECUTE FUNCTION '
@@ -381,10 +388,10 @@ BEGIN
                        (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column),
                        new_column);
         EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE ON %s FOR EACH ROW '
-                       'WHEN (NEW.%I IS NOT NULL AND (NEW.%I IS NULL OR NEW.%I IS DISTINCT FROM OLD.%I)) '
+                       'WHEN (NEW.%I IS DISTINCT FROM OLD.%I OR (NEW.%I IS NOT NULL AND NEW.%I IS NULL)) '
                        'EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L)',
-                       'shard_id_convert_' || u.fk_new_column || '_update', u.rel, u.fk_column, u.fk_new_column,
-                       u.fk_column, u.fk_column, u.fk_column, u.fk_new_column, _pg_shard_id.qualified(tbl), key_column,
+                       'shard_id_convert_' || u.fk_new_column || '_update', u.rel, u.fk_column, u.fk_column,
+                       u.fk_column, u.fk_new_column, u.fk_column, u.fk_new_column, _pg_shard_id.qualified(tbl), key_column,
                        (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column),
                        new_column);
     END LOOP;
@@ -557,6 +564,16 @@ DECLARE
     pk_columns text;
 BEGIN
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    IF state.phase = 'finished' THEN
+        -- swapped already: validate what an interrupted call left NOT VALID
+        FOR u IN SELECT c.conrelid::regclass AS rel, c.conname FROM pg_constraint c
+                  WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 AND NOT c.convalidated LOOP
+            EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, u.conname);
+            COMMIT;
+        END LOOP;
+        RAISE NOTICE 'pg_shard_id: % was converted already; its foreign keys are valid', tbl;
+        RETURN;
+    END IF;
     IF state.relid IS NULL OR state.phase <> 'filled' THEN
         RAISE EXCEPTION 'pg_shard_id: % is not ready to swap (%)', tbl, coalesce(state.phase, 'never converted')
             USING ERRCODE = '55000', HINT = 'CALL shard_id_convert(...) until it says every row has its id.';
@@ -565,34 +582,54 @@ BEGIN
     check_name := ('shard_id_convert_' || state.new_column || '_not_null')::name;
     -- before any lock: NOT NULL as a validated CHECK (SHARE UPDATE EXCLUSIVE: writes go on), so
     -- that SET NOT NULL under the lock needs no scan
+    -- (the CHECK is enforced for new rows once added, which waits for the transactions in flight;
+    -- what those left without an id is filled before the validation)
     IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = tbl AND conname = check_name) THEN
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID', tbl, check_name, state.new_column);
         COMMIT;
     END IF;
+    EXECUTE format('UPDATE %s SET %I = CASE WHEN %I > clock_timestamp() - interval ''1.5 s'' '
+                   'THEN @extschema@.next_shard_id(%L::regclass, %s) '
+                   'ELSE @extschema@.next_shard_id_at(%L::regclass, %s, %I) END WHERE %I IS NULL',
+                   tbl, state.new_column, state.time_column, state.seq::text, state.shard,
+                   state.seq::text, state.shard, state.time_column, state.new_column);
+    COMMIT;
     EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', tbl, check_name);
     COMMIT;
-    -- the same for each NOT NULL foreign key column: its new column becomes NOT NULL in the swap
-    FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, (a.attname || '_' || state.new_column)::name AS fk_new_column
-               FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-              WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 AND a.attnotnull LOOP
+    -- each referencing column: its new column holds an id wherever the old one holds a key (a
+    -- CHECK, enforced for new rows from here on; added once the transactions in flight ended,
+    -- then what they left without one is filled, then validated); NOT NULL in the swap where
+    -- the old column is NOT NULL
+    FOR u IN SELECT DISTINCT r.rel, r.fk_column, (r.fk_column || '_' || state.new_column)::name AS fk_new_column, r.not_null
+               FROM _pg_shard_id.conversion_references(tbl, state.key_column) r LOOP
         IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = u.rel AND conname = ('shard_id_convert_' || u.fk_new_column)::name) THEN
-            EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID',
-                           u.rel, 'shard_id_convert_' || u.fk_new_column, u.fk_new_column);
+            EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NULL OR %I IS NOT NULL) NOT VALID',
+                           u.rel, 'shard_id_convert_' || u.fk_new_column, u.fk_column, u.fk_new_column);
             COMMIT;
         END IF;
+        EXECUTE format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I IS NULL AND c.%I IS NOT NULL AND p.%I = c.%I',
+                       u.rel, u.fk_new_column, state.new_column, tbl, u.fk_new_column, u.fk_column, state.key_column, u.fk_column);
+        COMMIT;
         EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, 'shard_id_convert_' || u.fk_new_column);
         COMMIT;
+        IF u.not_null THEN  -- proves the new column NOT NULL, so SET NOT NULL needs no scan
+            IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = u.rel AND conname = ('shard_id_convert_nn_' || u.fk_new_column)::name) THEN
+                EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID',
+                               u.rel, 'shard_id_convert_nn_' || u.fk_new_column, u.fk_new_column);
+                COMMIT;
+            END IF;
+            EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, 'shard_id_convert_nn_' || u.fk_new_column);
+            COMMIT;
+        END IF;
     END LOOP;
     -- the swap: one short transaction, no scan
     SET LOCAL lock_timeout = '10s';
     EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
     -- the foreign keys: dropped (the old primary key cannot go while they stand), their columns
     -- swapped; made again on the new columns once the new primary key stands
-    FOR u IN SELECT DISTINCT c.conrelid::regclass AS rel, c.conname, a.attname AS fk_column,
-                    (a.attname || '_' || state.new_column)::name AS fk_new_column,
-                    pg_get_constraintdef(c.oid) AS def, a.attnotnull AS not_null
-               FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-              WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 LOOP
+    FOR u IN SELECT r.rel, r.conname, r.fk_column, (r.fk_column || '_' || state.new_column)::name AS fk_new_column,
+                    r.def, r.not_null
+               FROM _pg_shard_id.conversion_references(tbl, state.key_column) r LOOP
         EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', u.rel);
         EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, u.conname);
         EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || u.fk_new_column, u.rel);
@@ -600,11 +637,13 @@ BEGIN
         EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_column, (u.fk_column || '_before_shard_id')::name);
         EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_new_column, u.fk_column);
         IF u.not_null THEN
-            -- the old column is no longer given; the new one is NOT NULL (its CHECK was validated)
+            -- the old column is no longer given; the new one is NOT NULL (its validated CHECK
+            -- proves it: no scan)
             EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL', u.rel, (u.fk_column || '_before_shard_id')::name);
             EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', u.rel, u.fk_column);
-            EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, 'shard_id_convert_' || u.fk_new_column);
+            EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, 'shard_id_convert_nn_' || u.fk_new_column);
         END IF;
+        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, 'shard_id_convert_' || u.fk_new_column);
         -- the same action clauses, on the new columns; validated after the commit
         adds := adds || format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', u.rel, u.conname,
                        regexp_replace(u.def, '^FOREIGN KEY \([^)]*\) REFERENCES [^(]*\([^)]*\)',
@@ -622,7 +661,16 @@ BEGIN
     EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', tbl, check_name);
     EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || state.new_column, tbl);
     IF partitioned THEN
-        -- the partitions' unique indexes on the same columns are attached, not rebuilt
+        -- each partition's unique index built concurrently becomes its primary key (no scan);
+        -- the partitioned table's primary key then attaches them instead of building new ones
+        -- (PostgreSQL attaches a partition's index only when a constraint owns it)
+        FOR u IN SELECT l AS leaf, (SELECT i.indexrelid::regclass FROM pg_index i
+                                     WHERE i.indrelid = l AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
+                                       AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = l AND attname = state.new_column)
+                                     ORDER BY i.indexrelid LIMIT 1) AS idx
+                   FROM _pg_shard_id.leaves(tbl) l LOOP
+            EXECUTE format('ALTER TABLE %s ADD PRIMARY KEY USING INDEX %s', u.leaf, u.idx);
+        END LOOP;
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY (%s)', tbl, pk_name, pk_columns);
     ELSE
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY USING INDEX %s', tbl, pk_name,
@@ -652,6 +700,25 @@ BEGIN
     END LOOP;
     RAISE NOTICE 'pg_shard_id: %.% now holds the time-ordered ids; the old key is in %', tbl, state.key_column, old_name;
 END $$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/lib.rs:48
+-- requires:
+--   info::pg_shard_id_info
+
+-- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
+DO $$
+BEGIN
+    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
+        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
+        -- for this statement only, so that the NOTICE reaches the user.
+        PERFORM set_config('client_min_messages', 'notice', true);
+        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
+            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
+    END IF;
+END
+$$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1337,5 +1404,6 @@ COMMENT ON FUNCTION _pg_shard_id.leaves(regclass) IS 'The leaf partitions of a r
 COMMENT ON FUNCTION _pg_shard_id.conversion_units(regclass, name, name) IS 'The work of a conversion: each leaf of the table, then each leaf of each referencing table.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_row() IS 'Trigger of a conversion: the id of a row an UPDATE moved behind the batches, or inserted without one.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_reference() IS 'Trigger of a conversion: the new id of the row a referencing row references.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_references(regclass, name) IS 'The single-column foreign keys that reference a table''s key column: what a conversion carries.';
 /* </end connected objects> */
 

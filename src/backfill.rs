@@ -18,7 +18,7 @@ use crate::errors;
 use crate::{clock, settings, shmem};
 use pg_shard_id_core::backfill::{draw, widen_xid, Database, DrawError, MsKey, Remainders};
 use pg_shard_id_core::layout::{check_shard, compose, seq_field, IdParts, LayoutError};
-use pg_shard_id_core::slots::{sequence_of, slot_key};
+use pg_shard_id_core::slots::{database_of, sequence_of, slot_key};
 use pg_shard_id_core::time::format_unix_ms;
 use pgrx::pg_sys::panic::ErrorReport;
 use pgrx::prelude::*;
@@ -158,6 +158,12 @@ impl Database for Indexes {
     type Error = String;
 
     fn stored(&mut self, key: MsKey) -> Result<Remainders, String> {
+        // A key of another database (a held entry `draw` would evict): its tables are not
+        // readable from here, and a sequence of the same oid here is another sequence.
+        // SAFETY: a backend global, set at connection.
+        if database_of(key.sequence) != unsafe { pg_sys::MyDatabaseId }.to_u32() {
+            return Err("a sequence of another database".into());
+        }
         let sequence = pg_sys::Oid::from(sequence_of(key.sequence));
         let low = compose(IdParts {
             ms: key.ms,
@@ -207,6 +213,11 @@ thread_local! {
 }
 
 fn with_columns<T>(sequence: pg_sys::Oid, f: impl FnOnce(&[Column]) -> T) -> T {
+    // SAFETY: in a transaction. Invalidations are received at every lock a backend takes anew,
+    // not at one it holds: a long INSERT ... SELECT would keep its list while another session
+    // creates and fills a table drawing from the sequence. Receiving them here (a read of a
+    // shared flag when there are none) makes the count below move when any catalog changed.
+    unsafe { pg_sys::AcceptInvalidationMessages() };
     // SAFETY: backend globals, read in a transaction.
     let valid_for = unsafe {
         (

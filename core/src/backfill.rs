@@ -364,8 +364,8 @@ pub enum DrawError<E> {
     NoRoom,
 }
 
-/// How many times [`draw`] may find its entry evicted under it before it gives up (each time
-/// another call took the entry's place: only thousands of calls at once could do that).
+/// How many times [`draw`] may fill or evict for one millisecond before it gives up: once is the
+/// rule; more only when other calls keep taking entries from under it.
 const MAX_RETRIES: u32 = 1000;
 
 /// Draws an id's millisecond and remainder for transaction `taker`: the first free remainder at
@@ -388,12 +388,16 @@ pub fn draw<const N: usize, D: Database>(
         }
         match table.reserve(key, start, taker, oldest) {
             Step::Reserved(r) => return Ok((key.ms, r)),
-            Step::MillisecondFull => key.ms += 1,
+            Step::MillisecondFull => {
+                key.ms += 1;
+                retries = 0;
+            }
             Step::Fill(ticket) => {
                 let stored = db.stored(key).map_err(DrawError::Database)?;
-                if !table.fill(ticket, key, &stored) {
-                    retries += 1;
-                }
+                table.fill(ticket, key, &stored);
+                // (counted whether or not the entry was still there: a filled entry with nothing
+                // handed out may be taken by another call before this one reserves from it)
+                retries += 1;
             }
             Step::NeedOldestRunning => oldest = Some(db.oldest_running()),
             Step::NoRoom(held) => {

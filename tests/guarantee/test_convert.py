@@ -103,8 +103,8 @@ def check_converted(conn, lines=True):
                          " WHERE note = 'new'").fetchone()[0]
     assert ahead is None or ahead.total_seconds() < 60, ahead
     # every id of the history is below every id the DEFAULT made during and after
-    assert conn.execute("SELECT max(id) FILTER (WHERE note LIKE 'old%') < min(id) FILTER (WHERE note = 'new') "
-                        "  FROM orders").fetchone()[0]
+    assert conn.execute("SELECT coalesce(max(id) FILTER (WHERE note LIKE 'old%') < min(id) FILTER (WHERE note = 'new'), "
+                        "                true) FROM orders").fetchone()[0]
     if lines:
         for child in ("lines", "refunds"):
             # every row references the order it referenced before (rows inserted after the swap
@@ -181,6 +181,13 @@ def test_a_partitioned_table_converts_and_its_primary_key_is_swapped(cluster, db
         assert conn.execute(
             "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'orders'::regclass AND contype = 'p'"
         ).fetchone()[0] == "PRIMARY KEY (id, created_at)"
+        # each partition's primary key is the index built concurrently, not a second one built
+        # under the swap's lock
+        assert conn.execute(
+            "SELECT count(*) FROM pg_index i JOIN pg_inherits h ON h.inhrelid = i.indrelid "
+            " WHERE h.inhparent = 'orders'::regclass AND i.indisunique "
+            "   AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = i.indrelid AND attname = 'id')"
+        ).fetchone()[0] == 2
 
 
 def test_a_converted_table_dumps_and_restores_and_new_ids_stay_above(cluster, db):
@@ -203,3 +210,51 @@ def test_a_converted_table_dumps_and_restores_and_new_ids_stay_above(cluster, db
         check_converted(conn)
         new = conn.execute("INSERT INTO orders (created_at, note) VALUES (now(), 'new') RETURNING id").fetchone()[0]
         assert new > before[2]
+
+
+def test_updates_before_the_index_references_set_to_null_and_other_unique_columns(cluster, db):
+    """Review findings on the conversion: an UPDATE between the prepare and the index build must
+    not fail; a reference set to NULL during the conversion stays NULL; a foreign key to another
+    unique column is left alone; the progress view shows a role only its own tables."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE orders (id bigserial PRIMARY KEY, number text UNIQUE NOT NULL, "
+                     "created_at timestamptz NOT NULL, note text)")
+        conn.execute("CREATE TABLE lines (id bigserial PRIMARY KEY, order_id bigint REFERENCES orders ON DELETE SET NULL, "
+                     "order_number text REFERENCES orders (number))")
+        conn.execute("INSERT INTO orders (number, created_at, note) SELECT 'n' || g, "
+                     "'2026-02-01'::timestamptz + g * interval '1 min', 'old' FROM generate_series(1, 2000) g")
+        conn.execute("INSERT INTO lines (order_id, order_number) SELECT g, 'n' || g FROM generate_series(1, 2000) g")
+        conn.execute("CREATE SEQUENCE orders_shard_id_seq")
+        conn.execute("CALL shard_id_convert_prepare('orders', 'created_at', 'orders_shard_id_seq', 5)")
+        # before the indexes exist: updates of old rows go through (their ids come later)
+        conn.execute("UPDATE orders SET note = 'updated early' WHERE id <= 10")
+        conn.execute("UPDATE lines SET order_id = NULL WHERE id <= 5")
+        for statement in [r[0] for r in conn.execute("SELECT * FROM shard_id_convert_indexes('orders')")]:
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('orders', 500)")
+        # during the conversion: a reference set to NULL, one moved, and a parent deleted
+        conn.execute("UPDATE lines SET order_id = NULL WHERE id BETWEEN 6 AND 10")
+        conn.execute("UPDATE lines SET order_id = 100 WHERE id = 11")
+        conn.execute("UPDATE lines SET order_number = NULL WHERE id = 12")
+        conn.execute("DELETE FROM orders WHERE id = 12")
+        conn.execute("CREATE ROLE other_owner")
+        conn.execute("SET ROLE other_owner")
+        assert conn.execute("SELECT count(*) FROM shard_id_conversions").fetchone()[0] == 0
+        conn.execute("RESET ROLE")
+        conn.execute("CALL shard_id_convert_finish('orders')")
+        conn.execute("CALL shard_id_convert_finish('orders')")  # again: nothing left to do
+        check_converted(conn, lines=False)
+        nulls = conn.execute("SELECT count(*) FROM lines WHERE order_id IS NULL").fetchone()[0]
+        assert nulls == 11  # 1-10 set to NULL, 12 by ON DELETE SET NULL
+        assert conn.execute("SELECT o.id_before_shard_id FROM lines l JOIN orders o ON o.id = l.order_id "
+                            "WHERE l.id = 11").fetchone()[0] == 100
+        # the reference by number is untouched and still valid
+        assert conn.execute("SELECT count(*) FROM lines l JOIN orders o ON o.number = l.order_number").fetchone()[0] == 1999
+        assert conn.execute("SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conrelid = 'lines'::regclass "
+                            "AND contype = 'f' AND conkey = (SELECT ARRAY[attnum] FROM pg_attribute "
+                            "WHERE attrelid = 'lines'::regclass AND attname = 'order_number')").fetchone()[0] \
+            == "FOREIGN KEY (order_number) REFERENCES orders(number)"
+        assert conn.execute("SELECT bool_and(convalidated) FROM pg_constraint WHERE contype = 'f' "
+                            "AND confrelid = 'orders'::regclass").fetchone()[0]
+        assert conn.execute("SELECT count(*) FROM orders WHERE note = 'updated early' AND "
+                            "shard_id_extract_timestamp(id) = created_at").fetchone()[0] == 10

@@ -8,8 +8,9 @@ CREATE TABLE conv_nopk (created_at timestamptz);
 CREATE TABLE conv_text (id bigserial PRIMARY KEY, created_at text);
 CREATE TABLE conv_ok (id bigserial PRIMARY KEY, created_at timestamptz, note text);
 INSERT INTO conv_ok (created_at) VALUES ('2026-02-01'), (NULL), ('2025-06-01'), (now() + interval '1 day');
-CREATE TABLE conv_pair (a int, b int, created_at timestamptz, PRIMARY KEY (a, b));
-CREATE TABLE conv_pair_ref (a int, b int, FOREIGN KEY (a, b) REFERENCES conv_pair);
+CREATE TABLE conv_two (a int, b int, created_at timestamptz, PRIMARY KEY (a, b));
+CREATE TABLE conv_pair (id bigserial PRIMARY KEY, tenant int, created_at timestamptz, UNIQUE (id, tenant));
+CREATE TABLE conv_pair_ref (id bigint, tenant int, FOREIGN KEY (id, tenant) REFERENCES conv_pair (id, tenant));
 
 CALL shard_id_convert_prepare(NULL, 'created_at', 'conv_seq', 1);
 CALL shard_id_convert(NULL);
@@ -19,8 +20,9 @@ CALL shard_id_convert_prepare('conv_nopk', 'created_at', 'conv_seq', 1);
 CALL shard_id_convert_prepare('conv_text', 'created_at', 'conv_seq', 1);
 CALL shard_id_convert_prepare('conv_ok', 'note', 'conv_seq', 1);
 CALL shard_id_convert_prepare('conv_ok', 'created_at', 'conv_seq', 1, new_column => 'note');
+CALL shard_id_convert_prepare('conv_two', 'created_at', 'conv_seq', 1);
 CALL shard_id_convert_prepare('conv_pair', 'created_at', 'conv_seq', 1);
--- NULL, before the epoch, in the future: three rows named by count
+-- NULL and before the epoch: two rows, counted (the one ahead of the clock would get a live id)
 CALL shard_id_convert_prepare('conv_ok', 'created_at', 'conv_seq', 1);
 CALL shard_id_convert_finish('conv_ok');
 -- only the owner
@@ -37,6 +39,7 @@ SELECT q AS statement, sqlstate_of(q) AS sqlstate FROM (VALUES
     ('CALL shard_id_convert_prepare(''conv_nopk'', ''created_at'', ''conv_seq'', 1)'),
     ('CALL shard_id_convert_prepare(''conv_text'', ''created_at'', ''conv_seq'', 1)'),
     ('CALL shard_id_convert_prepare(''conv_ok'', ''created_at'', ''conv_seq'', 1, new_column => ''note'')'),
+    ('CALL shard_id_convert_prepare(''conv_two'', ''created_at'', ''conv_seq'', 1)'),
     ('CALL shard_id_convert_prepare(''conv_pair'', ''created_at'', ''conv_seq'', 1)'),
     ('CALL shard_id_convert_prepare(''conv_ok'', ''created_at'', ''conv_seq'', 1)'),
     ('CALL shard_id_convert_finish(''conv_ok'')')
@@ -54,6 +57,6 @@ SELECT * FROM shard_id_convert_indexes('conv_ok');
 SELECT table_name, phase, rows_done FROM shard_id_conversions;
 SELECT pg_get_expr(adbin, adrelid) AS new_default FROM pg_attrdef
  WHERE adrelid = 'conv_ok'::regclass AND adnum = (SELECT attnum FROM pg_attribute WHERE attrelid = 'conv_ok'::regclass AND attname = 'shard_id');
-DROP TABLE conv_nopk, conv_text, conv_ok, conv_pair_ref, conv_pair;
+DROP TABLE conv_nopk, conv_text, conv_ok, conv_pair_ref, conv_pair, conv_two;
 DELETE FROM _pg_shard_id.conversions;
 DROP SEQUENCE conv_seq;
