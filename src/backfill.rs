@@ -15,6 +15,7 @@
 use crate::data_floor::{columns_of, remainders_in, Column};
 use crate::decode::ms_since_epoch;
 use crate::errors;
+use crate::generate::nextval_internal;
 use crate::{clock, settings, shmem};
 use pg_shard_id_core::backfill::{draw, widen_xid, Database, DrawError, MsKey, Remainders};
 use pg_shard_id_core::layout::{check_shard, compose, seq_field, IdParts, LayoutError};
@@ -27,10 +28,6 @@ use std::cell::RefCell;
 /// How far behind the clock the newest time `next_shard_id_at` accepts is: 1 second. Ids from
 /// then on belong to the DEFAULT.
 pub const LIVE_MARGIN_MS: i64 = 1_000;
-
-unsafe extern "C-unwind" {
-    fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
-}
 
 /// An id of sequence `seq` and logical shard `shard` at time `ts` (a time at least 1 second in
 /// the past), unique by construction: for history, imports and converting a table's keys.
@@ -96,7 +93,7 @@ fn next_shard_id_at(seq: pg_sys::Oid, shard: i32, ts: TimestampWithTimeZone) -> 
              hand out the same id. Add pg_shard_id to shared_preload_libraries and restart.",
         );
     };
-    // SAFETY: PostgreSQL's own function (see crate::generate); inside pgrx's guard, its ERRORs
+    // SAFETY: PostgreSQL's own function (declared in crate::generate); inside pgrx's guard, its ERRORs
     // are caught and re-raised at the boundary.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };
     // SAFETY: backend globals; the transaction id is assigned here if the transaction has none

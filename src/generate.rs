@@ -12,7 +12,7 @@ unsafe extern "C-unwind" {
     /// UPDATE privilege when asked to, honours CACHE, CYCLE, INCREMENT, MINVALUE/MAXVALUE and
     /// read-only transactions, and raises the same errors `nextval()` does. Same signature from
     /// PostgreSQL 10 to 18; pgrx does not bind commands/sequence.h, so it is declared here.
-    fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
+    pub(crate) fn nextval_internal(relid: pg_sys::Oid, check_permissions: bool) -> i64;
 }
 
 /// Draws the next id of logical shard `shard` from sequence `seq`.
