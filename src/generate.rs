@@ -2,7 +2,7 @@
 
 use crate::errors::{self, Boundary, InsideGuard, OutsideGuard};
 use crate::issue::{self, Request};
-use crate::{clock, node, settings};
+use crate::{clock, node, privilege, settings};
 use pg_shard_id_core::layout::{check_shard, compose, seq_field, IdParts};
 use pg_shard_id_core::slots::slot_key;
 use pgrx::prelude::*;
@@ -44,16 +44,17 @@ unsafe extern "C-unwind" {
 ///
 /// It is the hot path of every insert, and `bench/profile.sh` showed that a third of the
 /// extension's own cost per id was pgrx's wrapper: the panic guard around the function and the
-/// `sigsetjmp` boundary around the one call into PostgreSQL (`nextval_internal`). So PostgreSQL
+/// `sigsetjmp` boundary around the one call into PostgreSQL (`crate::privilege::nextval`:
+/// `AcceptInvalidationMessages` and `nextval_internal`). So PostgreSQL
 /// calls this function directly (a version-1 C function, declared by the `extension_sql!` below),
 /// and it keeps pgrx's rules by other means:
-/// * An ERROR inside `nextval_internal` (not a sequence, no privilege, exhausted, read-only)
+/// * An ERROR inside `privilege::nextval` (not a sequence, no privilege, exhausted, read-only)
 ///   `longjmp`s past this frame to PostgreSQL's handler, as it does past any C function. Rust
 ///   leaves deallocating a frame that way unspecified for now (RFC 2945 proposes to allow it for
 ///   a "plain old frame", one with nothing to drop); pgrx itself stands on the same footing
 ///   wherever PostgreSQL longjmps through its code. At that call this frame holds only an oid
 ///   and integers, and no lock, borrow or allocation of ours. **What may never be added to this
-///   function's frame before `nextval_internal` returns**: a value with a destructor (String,
+///   function's frame before `privilege::nextval` returns**: a value with a destructor (String,
 ///   Vec, Box, a guard of any lock, a `PgMemoryContexts` switch), a borrow of a `RefCell`, a
 ///   held spinlock or slot lock, anything `catch_unwind` or pgrx's guard must see.
 /// * Everything else that can raise an ERROR or call into PostgreSQL (the shard check's error,
@@ -85,9 +86,9 @@ pub unsafe extern "C" fn next_shard_id_wrapper(fcinfo: pg_sys::FunctionCallInfo)
     if !node::known_without_citus() {
         OutsideGuard::run(node::refuse_explicit_shard_on_citus);
     }
-    // SAFETY: PostgreSQL's own function with the declared signature. An ERROR in it leaves
-    // through this frame, which holds nothing to drop (see above).
-    let value = unsafe { nextval_internal(seq, true) };
+    // SAFETY: PostgreSQL's own nextval (its privilege check remembered, `crate::privilege`). An
+    // ERROR in it leaves through this frame, which holds nothing to drop (see above).
+    let value = unsafe { privilege::nextval(seq) };
     pg_sys::Datum::from(id_of::<OutsideGuard>(seq, shard, value, epoch))
 }
 
@@ -138,7 +139,7 @@ fn next_shard_id_for_node(seq: pg_sys::Oid) -> i64 {
     let shard = node::node_shard();
     // SAFETY: PostgreSQL's own function with the declared signature; an ERROR inside it is
     // caught and re-raised by the boundary.
-    let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };
+    let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| privilege::nextval(seq)) };
     id_of::<InsideGuard>(seq, shard, value, epoch)
 }
 

@@ -22,6 +22,7 @@ mod mask;
 mod node;
 mod origin;
 mod partition;
+mod privilege;
 mod resync;
 mod routing;
 mod scoped;
@@ -39,6 +40,7 @@ mod tests;
 #[pg_guard]
 pub extern "C-unwind" fn _PG_init() {
     settings::register();
+    privilege::register();
     // the lease is the layer above the table: shmem calls back into it, never imports it
     if shmem::init(lease::start) {
         lease::register_wal();

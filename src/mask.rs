@@ -106,6 +106,7 @@ impl Refused {
 
 /// This backend's local transaction id: a new one for every transaction it runs (a 32-bit
 /// counter of the backend's own).
+#[inline]
 pub(crate) fn local_transaction() -> pg_sys::LocalTransactionId {
     // SAFETY: MyProc is this backend's PGPROC, set before any function can be called; the field
     // is written by this backend only.

@@ -13,6 +13,7 @@ pub mod layout;
 pub mod lease;
 pub mod mask;
 pub mod origin;
+pub mod privilege_cache;
 pub mod routing;
 pub mod shortcode;
 pub mod slot_cache;

@@ -17,7 +17,7 @@ export PG_BIN PG_SHARD_ID_RUN_DIR="$RUN_DIR"
 cd "$HERE"
 status=0
 say "the guarantee's scenarios (PostgreSQL $PG_MAJOR)"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider test_scenarios.py test_backfill.py test_convert.py "$@" || status=1
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider test_scenarios.py test_backfill.py test_convert.py test_privileges.py "$@" || status=1
 say "the lifecycle fuzzer (PostgreSQL $PG_MAJOR)"
 if [ -n "${FUZZ_SOAK:-}" ]; then
     "$VENV/bin/python" fuzz.py --soak "$FUZZ_SOAK" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1

@@ -1,0 +1,97 @@
+//! `nextval()` for the generators, with its privilege check asked of PostgreSQL once per role and
+//! sequence and remembered until a catalog that can change the answer changes
+//! (`pg_shard_id_core::privilege_cache` holds the memory; this module feeds and empties it).
+//!
+//! Why: `nextval()` runs PostgreSQL's privilege check (`pg_class_aclcheck`) on every call, 348 of
+//! its 2,476 instructions per id at CACHE 1, and the answer only changes with a catalog. An
+//! INSERT's own table privileges are checked once per statement; this is stricter than that:
+//!
+//! * The first call of a role on a sequence runs `nextval_internal(seq, true)`: PostgreSQL's own
+//!   check, errors and all. Only a success is remembered, keyed by the sequence and `GetUserId()`
+//!   (so `SET ROLE`, `SET SESSION AUTHORIZATION` and SECURITY DEFINER functions each have their
+//!   own entry).
+//! * A later call in another transaction first receives the invalidations other sessions have
+//!   sent (`AcceptInvalidationMessages`), as `nextval()` does when it takes the sequence's lock at
+//!   its first call in a transaction, before its check; so a committed GRANT, REVOKE, ALTER ROLE,
+//!   role membership change, owner change or DROP is seen before the answer is used, as
+//!   PostgreSQL's own check would see it. Within a transaction the answer is as fresh as
+//!   PostgreSQL's catalog caches, which receive invalidations at the same moments (a lock taken,
+//!   a command's end). [`register`] makes PostgreSQL call
+//!   [`forget`] for every invalidation of `pg_class` (the sequence's ACL and owner),
+//!   `pg_authid` (superuser, and the roles behind `has_privs_of_role`), `pg_auth_members`
+//!   (membership) and `pg_database` (`pg_database_owner`): the same caches PostgreSQL's `acl.c`
+//!   watches for its own memory of role memberships, plus the relation's. Any of them forgets
+//!   every pair; the next call of each asks PostgreSQL again.
+//! * A role that is refused is never remembered: each call asks again and raises 42501.
+//!
+//! `tests/guarantee/test_privileges.py` checks it against `nextval()` itself: a seeded random run
+//! of grants, revokes, role changes and memberships from another session, where every call of
+//! `next_shard_id` must succeed exactly when `nextval()` does right after it.
+
+use pg_shard_id_core::privilege_cache::PrivilegeCache;
+use pgrx::pg_sys;
+
+unsafe extern "C-unwind" {
+    // Declared here, not called through pgrx's bindings: those put a `sigsetjmp` boundary around
+    // every call (220 instructions per id, counted), and these two run on the generator's hot
+    // path, under its rule (see `nextval`'s Safety).
+    fn AcceptInvalidationMessages();
+    fn GetUserId() -> pg_sys::Oid;
+}
+
+/// The (sequence, role) pairs PostgreSQL allowed since the last invalidation, in this backend.
+static ALLOWED: PrivilegeCache = PrivilegeCache::new();
+
+/// Asks PostgreSQL to empty [`ALLOWED`] whenever a catalog that decides a sequence privilege
+/// changes. Called from `_PG_init`; the registration is inherited by every backend forked after
+/// it (the postmaster loads a preloaded library), or made by the backend that loads it.
+pub fn register() {
+    for cache in [
+        pg_sys::SysCacheIdentifier::RELOID,
+        pg_sys::SysCacheIdentifier::AUTHOID,
+        pg_sys::SysCacheIdentifier::AUTHMEMROLEMEM,
+        pg_sys::SysCacheIdentifier::DATABASEOID,
+    ] {
+        // SAFETY: `forget` has the signature PostgreSQL expects and never raises an ERROR.
+        unsafe {
+            pg_sys::CacheRegisterSyscacheCallback(
+                cache as i32,
+                Some(forget),
+                pg_sys::Datum::from(0),
+            )
+        };
+    }
+}
+
+/// PostgreSQL's callback for an invalidation of one of [`register`]'s caches (`hashvalue` 0: all of
+/// them, after a reset). Plain Rust: stores only.
+unsafe extern "C-unwind" fn forget(_arg: pg_sys::Datum, _cache: i32, _hashvalue: u32) {
+    ALLOWED.forget_all();
+}
+
+/// `nextval(seq)` as the generators draw it: the value, with the current role's USAGE or UPDATE
+/// privilege on `seq` checked by PostgreSQL (see the module documentation for when the check is
+/// remembered). Raises what `nextval()` raises.
+///
+/// # Safety
+/// May raise an ERROR, which `longjmp`s through the caller's frame: the caller follows
+/// `crate::generate::next_shard_id_wrapper`'s rule (nothing to drop in its frame at this call) or
+/// calls it inside `pg_guard_ffi_boundary`.
+#[inline(always)]
+pub unsafe fn nextval(seq: pg_sys::Oid) -> i64 {
+    // SAFETY: PostgreSQL's own functions and globals (MyProc is set before any SQL runs); the
+    // caller accepts an ERROR through its frame.
+    unsafe {
+        let role = GetUserId().to_u32();
+        let transaction = crate::mask::local_transaction();
+        let receive = || AcceptInvalidationMessages();
+        if ALLOWED.allows(seq.to_u32(), role, transaction, receive) {
+            crate::generate::nextval_internal(seq, false)
+        } else {
+            let value = crate::generate::nextval_internal(seq, true);
+            ALLOWED.remember(seq.to_u32(), role, transaction);
+            value
+        }
+    }
+}
+
