@@ -66,8 +66,8 @@ def alternated_pairs(a, b, pairs, seconds, protocol):
     return ratios
 
 
-def interleaved_latencies(targets, seconds, protocol="prepared", db="bench"):
-    """One pgbench run, 2 clients, in which every transaction is an insert into one of `targets`
+def interleaved_latencies(targets, seconds, protocol="prepared", db="bench", clients=2):
+    """One pgbench run, `clients` clients (2 unless told), in which every transaction is an insert into one of `targets`
     (insert_script() results), chosen at random with equal weights: all of them meet the same
     machine at the same moments, so a drift of the machine cancels out within the run. Returns
     the mean latency in microseconds of each target's inserts, from pgbench's per-transaction log
@@ -78,7 +78,7 @@ def interleaved_latencies(targets, seconds, protocol="prepared", db="bench"):
     shutil.rmtree(logs, ignore_errors=True)
     os.makedirs(logs)
     scripts = [arg for _, script in targets for arg in ("-f", f"{script}@1")]
-    subprocess.run(["pgbench", "-n", "-M", protocol, "-c", "2", "-j", "2", "-T", str(seconds), "-l",
+    subprocess.run(["pgbench", "-n", "-M", protocol, "-c", str(clients), "-j", str(clients), "-T", str(seconds), "-l",
                     "--log-prefix", os.path.join(logs, "log"), *scripts, db],
                    check=True, capture_output=True, text=True)
     # a log line: client, transaction, latency (us), script number, epoch seconds, microseconds

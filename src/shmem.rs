@@ -33,7 +33,7 @@ static PRELOADED: AtomicBool = AtomicBool::new(false);
 
 /// Slots of the per-session table. A session rarely uses many sequences, and eviction keeps any
 /// number of them unique (`pg_shard_id_core::slots`), so it need not be `max_sequences` large
-/// (8192 slots were 1.5 MB in every backend up to 0.4.0; 256 slots of 248 bytes are 62 KB).
+/// (8192 slots were 1.5 MB in every backend up to 0.4.0; 256 slots of 256 bytes are 64 KB).
 pub const SESSION_SLOTS: usize = 256;
 
 /// The per-session table, made on first use when the library was not preloaded. Statics here,
@@ -152,8 +152,10 @@ static PREV_SHMEM_STARTUP_HOOK: OnceLock<pg_sys::shmem_startup_hook_type> = Once
 #[cfg(not(feature = "pg14"))]
 static PREV_SHMEM_REQUEST_HOOK: OnceLock<pg_sys::shmem_request_hook_type> = OnceLock::new();
 
+/// The table's bytes, and room to align its start to [`SlotTable::align`] (a cache line: PostgreSQL
+/// aligns shared memory allocations to one already, which this does not rely on).
 fn table_bytes() -> usize {
-    SlotTable::size_of(settings::max_sequences())
+    SlotTable::size_of(settings::max_sequences()) + SlotTable::align()
 }
 
 /// # Safety
@@ -204,6 +206,7 @@ unsafe extern "C-unwind" fn shmem_startup() {
         let mut found = false;
         let mem = pg_sys::ShmemInitStruct(c"pg_shard_id guard".as_ptr(), table_bytes(), &mut found)
             .cast::<u8>();
+        let mem = mem.add(mem.align_offset(SlotTable::align()));
         assert_eq!(
             mem as usize % SlotTable::align(),
             0,

@@ -148,6 +148,10 @@ pub struct GuardState {
     recovering: u64,
     /// One more than the highest remainder issued in `ms` (0: none).
     high: u64,
+    /// Statistics, see [`Counts`]. Here, before the bit set: every id writes `counts.ids`, and
+    /// in a slot (`crate::slots`, 64-byte aligned) the lock, the key, the fields above and
+    /// `counts.ids` share one cache line, so an id writes that line and one of the bit set's.
+    pub counts: Counts,
     /// Remainders already issued in `ms`, one bit each.
     used: [u64; WORDS],
     /// While the guard waits to be told the newest id stored for its sequence (its *data floor*),
@@ -157,8 +161,6 @@ pub struct GuardState {
     /// The data floor it was told (ms since the epoch; [`i64::MIN`]: none, or none above the
     /// other floors), for `shard_id_check()` to say why ids run ahead of the clock.
     data_floor: i64,
-    /// Statistics, see [`Counts`].
-    pub counts: Counts,
 }
 
 impl Default for GuardState {

@@ -2,7 +2,7 @@
 //! threads standing in for backends.
 
 use super::*;
-use crate::guard::{Counts, FloorRequest};
+use crate::guard::{Counts, FloorRequest, GuardState};
 use crate::layout::{seq_field, SEQ_VALUES};
 use proptest::prelude::*;
 use std::collections::HashSet;
@@ -126,10 +126,10 @@ fn a_read_begun_before_the_slot_was_given_away_does_not_settle_its_next_guard() 
 
 #[test]
 fn slot_size_is_what_the_docs_quote() {
-    // pg_shard_id.max_sequences' description reads SLOT_BYTES; the README quotes 248 bytes
+    // pg_shard_id.max_sequences' description reads SLOT_BYTES; the docs quote 256 bytes
     // for the default layout (10-bit sequence field: a 1024-bit set per slot; 48 bytes of
     // statistics; the data floor: 16).
-    assert_eq!(SLOT_BYTES, 248);
+    assert_eq!(SLOT_BYTES, 256);
     assert_eq!(SlotTable::size_of(8192), 8192 * SLOT_BYTES + slots_offset());
 }
 
@@ -467,4 +467,14 @@ fn concurrent_backends_never_repeat_while_others_churn_the_table() {
         );
         assert_eq!(t.in_use(), 8);
     }
+}
+
+#[test]
+fn an_id_writes_two_cache_lines_of_its_slot() {
+    // the lock, key, last use, the guard's millisecond fields and its id count in the first line
+    assert_eq!(SLOT_BYTES % 64, 0, "{SLOT_BYTES}");
+    assert_eq!(std::mem::align_of::<Slot>(), 64);
+    let state = std::mem::offset_of!(Slot, state);
+    let ids = state + std::mem::offset_of!(GuardState, counts) + std::mem::offset_of!(Counts, ids);
+    assert!(ids + 8 <= 64, "the id count ends at byte {}", ids + 8);
 }
