@@ -3,7 +3,8 @@
 # (test_backfill.py, test_convert.py: issue 37), the scenario tests (test_scenarios.py: the
 # origin record with 2 and 8 sessions at every isolation level, locked tables, another session's
 # temporary table, REPEATABLE READ catalog reads, dead index entries, the node form, two writers
-# with one node number), then the seeded lifecycle fuzzer (fuzz.py) for FUZZ_SEEDS seeds
+# with one node number), the remembered sequence privilege check against nextval()'s own
+# (test_privileges.py: issue 40), then the seeded lifecycle fuzzer (fuzz.py) for FUZZ_SEEDS seeds
 # (default 20) from FUZZ_SEED (default 1). CI runs the same seeds every time, so that a red run
 # means a change broke something, not that the dice found an old hole; new seeds are explored by
 # the soak mode (`FUZZ_SOAK=3600 bash tests/guarantee/run.sh`: seeds from the day's number for
