@@ -1,41 +1,44 @@
-//! `nextval()` for the generators, with its privilege check asked of PostgreSQL once per role and
-//! sequence and remembered until a catalog that can change the answer changes
+//! `nextval()` for the generators, with its privilege check asked of PostgreSQL once per role,
+//! sequence and transaction, and remembered until a catalog that can change the answer changes
 //! (`pg_shard_id_core::privilege_cache` holds the memory; this module feeds and empties it).
 //!
 //! Why: `nextval()` runs PostgreSQL's privilege check (`pg_class_aclcheck`) on every call, 348 of
 //! its 2,476 instructions per id at CACHE 1, and the answer only changes with a catalog. An
 //! INSERT's own table privileges are checked once per statement; this is stricter than that:
 //!
-//! * The first call of a role on a sequence runs `nextval_internal(seq, true)`: PostgreSQL's own
+//! * The first call of a role on a sequence in a transaction runs `nextval_internal(seq, true)`: PostgreSQL's own
 //!   check, errors and all. Only a success is remembered, keyed by the sequence and `GetUserId()`
 //!   (so `SET ROLE`, `SET SESSION AUTHORIZATION` and SECURITY DEFINER functions each have their
 //!   own entry).
-//! * A later call in another transaction first receives the invalidations other sessions have
-//!   sent (`AcceptInvalidationMessages`), as `nextval()` does when it takes the sequence's lock at
-//!   its first call in a transaction, before its check; so a committed GRANT, REVOKE, ALTER ROLE,
-//!   role membership change, owner change or DROP is seen before the answer is used, as
-//!   PostgreSQL's own check would see it. Within a transaction the answer is as fresh as
-//!   PostgreSQL's catalog caches, which receive invalidations at the same moments (a lock taken,
-//!   a command's end). [`register`] makes PostgreSQL call
-//!   [`forget`] for every invalidation of `pg_class` (the sequence's ACL and owner),
-//!   `pg_authid` (superuser, and the roles behind `has_privs_of_role`), `pg_auth_members`
-//!   (membership) and `pg_database` (`pg_database_owner`): the same caches PostgreSQL's `acl.c`
-//!   watches for its own memory of role memberships, plus the relation's. Any of them forgets
-//!   every pair; the next call of each asks PostgreSQL again.
+//! * The answer serves the rest of that transaction only: the next transaction's first call runs
+//!   the full path again, because `nextval()` takes the sequence's lock before its check and the
+//!   lock receives other sessions' invalidations (a REVOKE committed while the lock waited behind
+//!   an ALTER SEQUENCE is seen by the check). Within the transaction the lock is held from the
+//!   first call on, so no invalidation can arrive between an answer and its use except the ones
+//!   PostgreSQL receives elsewhere (another lock, a command's end), and those empty the memory.
+//! * A check during which PostgreSQL received an invalidation (it can: a catalog the check reads
+//!   for the first time in the transaction is locked, after the sequence's ACL was read) is not
+//!   remembered ([`PrivilegeCache::generation`]).
+//! * [`register`] makes PostgreSQL call [`forget`] for every invalidation of `pg_class` (the
+//!   sequence's ACL and owner), `pg_authid` (superuser, and the roles behind
+//!   `has_privs_of_role`), `pg_auth_members` (membership) and `pg_database`
+//!   (`pg_database_owner`): the caches PostgreSQL's `acl.c` watches for its own memory of role
+//!   memberships, plus the relation's. Any of them forgets every pair.
 //! * A role that is refused is never remembered: each call asks again and raises 42501.
 //!
-//! `tests/guarantee/test_privileges.py` checks it against `nextval()` itself: a seeded random run
-//! of grants, revokes, role changes and memberships from another session, where every call of
-//! `next_shard_id` must succeed exactly when `nextval()` does right after it.
+//! So the saving is on every call after a sequence's first in a transaction: a statement that draws
+//! many ids, not a one-row insert. `tests/guarantee/test_privileges.py` checks it against
+//! `nextval()` itself: each way of taking a privilege away, the two races an outside review found
+//! in a first version, and a seeded random run of grants, revokes, role changes and memberships
+//! from another session, where every call must succeed exactly when `nextval()` does right after.
 
 use pg_shard_id_core::privilege_cache::PrivilegeCache;
 use pgrx::pg_sys;
 
 unsafe extern "C-unwind" {
     // Declared here, not called through pgrx's bindings: those put a `sigsetjmp` boundary around
-    // every call (220 instructions per id, counted), and these two run on the generator's hot
-    // path, under its rule (see `nextval`'s Safety).
-    fn AcceptInvalidationMessages();
+    // every call (220 instructions per id, counted), and this runs on the generator's hot path,
+    // under its rule (see `nextval`'s Safety).
     fn GetUserId() -> pg_sys::Oid;
 }
 
@@ -84,14 +87,13 @@ pub unsafe fn nextval(seq: pg_sys::Oid) -> i64 {
     unsafe {
         let role = GetUserId().to_u32();
         let transaction = crate::mask::local_transaction();
-        let receive = || AcceptInvalidationMessages();
-        if ALLOWED.allows(seq.to_u32(), role, transaction, receive) {
+        if ALLOWED.allows(seq.to_u32(), role, transaction) {
             crate::generate::nextval_internal(seq, false)
         } else {
+            let began = ALLOWED.generation();
             let value = crate::generate::nextval_internal(seq, true);
-            ALLOWED.remember(seq.to_u32(), role, transaction);
+            ALLOWED.remember(seq.to_u32(), role, transaction, began);
             value
         }
     }
 }
-
