@@ -82,6 +82,7 @@ COMMENT ON VIEW shard_id_conversions IS
 COMMENT ON FUNCTION _pg_shard_id.qualified(regclass) IS 'A relation''s name with its schema, quoted (for triggers run under another search_path).';
 COMMENT ON FUNCTION _pg_shard_id.leaves(regclass) IS 'The leaf partitions of a relation, or the table itself.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_units(regclass, name, name) IS 'The work of a conversion: each leaf of the table, then each leaf of each referencing table.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_id(regclass, integer, timestamp with time zone) IS 'The id a converted row gets: at its own time, or a live id for a time less than 1.5 s past or ahead.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_row() IS 'Trigger of a conversion: the id of a row an UPDATE moved behind the batches, or inserted without one.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_reference() IS 'Trigger of a conversion: the new id of the row a referencing row references.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_references(regclass, name) IS 'The single-column foreign keys that reference a table''s key column: what a conversion carries.';

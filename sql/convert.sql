@@ -116,6 +116,19 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
       FROM leaves
 $$;
 
+-- The id a converted row gets: one at its own time (next_shard_id_at), or a live id when its time
+-- is less than 1.5 s past, or ahead (next_shard_id_at refuses times within 1 s of the clock, and
+-- such a time has no past id yet). The one place of that rule: the row trigger, the batches and
+-- the finish's sweep call it. No SET clause and not STRICT, so that the planner inlines it into
+-- the batches' UPDATE (a NULL time gives NULL, as next_shard_id_at does); names are qualified.
+CREATE FUNCTION _pg_shard_id.conversion_id(seq regclass, shard integer, ts timestamptz)
+RETURNS bigint LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN ts OPERATOR(pg_catalog.>)
+                     (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) pg_catalog.interval '1.5 s')
+                THEN @extschema@.next_shard_id(seq, shard)
+                ELSE @extschema@.next_shard_id_at(seq, shard, ts) END
+$$;
+
 -- Fills the new column of a row an UPDATE or INSERT left without one (a row moved behind the
 -- batches, or inserted with the column named and NULL); the trigger's WHEN clause calls it only
 -- then. A row whose time is less than 1 second past (or ahead) gets a live id: its time has no
@@ -126,9 +139,7 @@ DECLARE
     ts timestamptz := (to_jsonb(NEW) ->> TG_ARGV[1])::timestamptz;
 BEGIN
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
-               CASE WHEN ts > clock_timestamp() - interval '1.5 s'
-                    THEN @extschema@.next_shard_id(TG_ARGV[2]::regclass, TG_ARGV[3]::integer)
-                    ELSE @extschema@.next_shard_id_at(TG_ARGV[2]::regclass, TG_ARGV[3]::integer, ts) END));
+               _pg_shard_id.conversion_id(TG_ARGV[2]::regclass, TG_ARGV[3]::integer, ts)));
     RETURN NEW;
 EXCEPTION WHEN object_not_in_prerequisite_state THEN
     -- the new column's index is not built yet (between the prepare and the index build): the
@@ -346,12 +357,10 @@ BEGIN
     UPDATE _pg_shard_id.conversions c SET phase = 'filling' WHERE c.relid = tbl AND phase = 'prepared';
     COMMIT;
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
-    -- a row's id at its own time; a time less than 1 second past (a row written while the
+    -- a row's id at its own time; a time less than 1.5 s past (a row written while the
     -- conversion was prepared) gets a live id, as in the trigger
-    id_expression := format('CASE WHEN %1$I > clock_timestamp() - interval ''1.5 s'' '
-                            'THEN @extschema@.next_shard_id(%2$L::regclass, %3$s) '
-                            'ELSE @extschema@.next_shard_id_at(%2$L::regclass, %3$s, %1$I) END',
-                            state.time_column, state.seq::text, state.shard);
+    id_expression := format('_pg_shard_id.conversion_id(%L::regclass, %s, %I)',
+                            state.seq::text, state.shard, state.time_column);
     -- the batches: block ranges of each unit, one transaction each
     FOR u IN SELECT * FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) un
               WHERE un.unit >= state.unit ORDER BY un.unit LOOP
@@ -449,11 +458,8 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID', tbl, check_name, state.new_column);
         COMMIT;
     END IF;
-    EXECUTE format('UPDATE %s SET %I = CASE WHEN %I > clock_timestamp() - interval ''1.5 s'' '
-                   'THEN @extschema@.next_shard_id(%L::regclass, %s) '
-                   'ELSE @extschema@.next_shard_id_at(%L::regclass, %s, %I) END WHERE %I IS NULL',
-                   tbl, state.new_column, state.time_column, state.seq::text, state.shard,
-                   state.seq::text, state.shard, state.time_column, state.new_column);
+    EXECUTE format('UPDATE %s SET %I = _pg_shard_id.conversion_id(%L::regclass, %s, %I) WHERE %I IS NULL',
+                   tbl, state.new_column, state.seq::text, state.shard, state.time_column, state.new_column);
     COMMIT;
     EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', tbl, check_name);
     COMMIT;

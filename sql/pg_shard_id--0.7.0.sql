@@ -7,7 +7,7 @@ The ordering of items is not stable, it is driven by a dependency graph.
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:101
+-- src/generate.rs:102
 
 CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
     VOLATILE STRICT PARALLEL UNSAFE
@@ -15,7 +15,7 @@ CREATE FUNCTION next_shard_id("seq" regclass, "shard" integer) RETURNS bigint
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/backfill.rs:61
+-- src/backfill.rs:58
 -- pg_shard_id::backfill::next_shard_id_at
 
 CREATE FUNCTION next_shard_id_at("seq" regclass, "shard" integer, "ts" timestamptz) RETURNS bigint
@@ -24,7 +24,7 @@ CREATE FUNCTION next_shard_id_at("seq" regclass, "shard" integer, "ts" timestamp
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/generate.rs:131
+-- src/generate.rs:132
 -- pg_shard_id::generate::next_shard_id_for_node
 
 CREATE FUNCTION next_shard_id("seq" regclass) RETURNS bigint
@@ -51,7 +51,26 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_info_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:54
+-- src/lib.rs:50
+-- requires:
+--   info::pg_shard_id_info
+
+-- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
+DO $$
+BEGIN
+    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
+        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
+        -- for this statement only, so that the NOTICE reaches the user.
+        PERFORM set_config('client_min_messages', 'notice', true);
+        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
+            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
+    END IF;
+END
+$$;
+/* </end connected objects> */
+
+/* <begin connected objects> */
+-- src/lib.rs:56
 -- requires:
 --   info::pg_shard_id_info
 
@@ -131,7 +150,7 @@ REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:66
+-- src/lib.rs:68
 -- requires:
 --   origin
 --   next_shard_id
@@ -255,6 +274,19 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
       FROM leaves
 $$;
 
+-- The id a converted row gets: one at its own time (next_shard_id_at), or a live id when its time
+-- is less than 1.5 s past, or ahead (next_shard_id_at refuses times within 1 s of the clock, and
+-- such a time has no past id yet). The one place of that rule: the row trigger, the batches and
+-- the finish's sweep call it. No SET clause and not STRICT, so that the planner inlines it into
+-- the batches' UPDATE (a NULL time gives NULL, as next_shard_id_at does); names are qualified.
+CREATE FUNCTION _pg_shard_id.conversion_id(seq regclass, shard integer, ts timestamptz)
+RETURNS bigint LANGUAGE sql VOLATILE AS $$
+    SELECT CASE WHEN ts OPERATOR(pg_catalog.>)
+                     (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) pg_catalog.interval '1.5 s')
+                THEN @extschema@.next_shard_id(seq, shard)
+                ELSE @extschema@.next_shard_id_at(seq, shard, ts) END
+$$;
+
 -- Fills the new column of a row an UPDATE or INSERT left without one (a row moved behind the
 -- batches, or inserted with the column named and NULL); the trigger's WHEN clause calls it only
 -- then. A row whose time is less than 1 second past (or ahead) gets a live id: its time has no
@@ -265,9 +297,7 @@ DECLARE
     ts timestamptz := (to_jsonb(NEW) ->> TG_ARGV[1])::timestamptz;
 BEGIN
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
-               CASE WHEN ts > clock_timestamp() - interval '1.5 s'
-                    THEN @extschema@.next_shard_id(TG_ARGV[2]::regclass, TG_ARGV[3]::integer)
-                    ELSE @extschema@.next_shard_id_at(TG_ARGV[2]::regclass, TG_ARGV[3]::integer, ts) END));
+               _pg_shard_id.conversion_id(TG_ARGV[2]::regclass, TG_ARGV[3]::integer, ts)));
     RETURN NEW;
 EXCEPTION WHEN object_not_in_prerequisite_state THEN
     -- the new column's index is not built yet (between the prepare and the index build): the
@@ -485,12 +515,10 @@ BEGIN
     UPDATE _pg_shard_id.conversions c SET phase = 'filling' WHERE c.relid = tbl AND phase = 'prepared';
     COMMIT;
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
-    -- a row's id at its own time; a time less than 1 second past (a row written while the
+    -- a row's id at its own time; a time less than 1.5 s past (a row written while the
     -- conversion was prepared) gets a live id, as in the trigger
-    id_expression := format('CASE WHEN %1$I > clock_timestamp() - interval ''1.5 s'' '
-                            'THEN @extschema@.next_shard_id(%2$L::regclass, %3$s) '
-                            'ELSE @extschema@.next_shard_id_at(%2$L::regclass, %3$s, %1$I) END',
-                            state.time_column, state.seq::text, state.shard);
+    id_expression := format('_pg_shard_id.conversion_id(%L::regclass, %s, %I)',
+                            state.seq::text, state.shard, state.time_column);
     -- the batches: block ranges of each unit, one transaction each
     FOR u IN SELECT * FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) un
               WHERE un.unit >= state.unit ORDER BY un.unit LOOP
@@ -588,11 +616,8 @@ BEGIN
         EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID', tbl, check_name, state.new_column);
         COMMIT;
     END IF;
-    EXECUTE format('UPDATE %s SET %I = CASE WHEN %I > clock_timestamp() - interval ''1.5 s'' '
-                   'THEN @extschema@.next_shard_id(%L::regclass, %s) '
-                   'ELSE @extschema@.next_shard_id_at(%L::regclass, %s, %I) END WHERE %I IS NULL',
-                   tbl, state.new_column, state.time_column, state.seq::text, state.shard,
-                   state.seq::text, state.shard, state.time_column, state.new_column);
+    EXECUTE format('UPDATE %s SET %I = _pg_shard_id.conversion_id(%L::regclass, %s, %I) WHERE %I IS NULL',
+                   tbl, state.new_column, state.seq::text, state.shard, state.time_column, state.new_column);
     COMMIT;
     EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', tbl, check_name);
     COMMIT;
@@ -703,25 +728,6 @@ END $$;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:48
--- requires:
---   info::pg_shard_id_info
-
--- Runs once, at CREATE EXTENSION: without shared_preload_libraries the guard is per session.
-DO $$
-BEGIN
-    IF (SELECT guard FROM @extschema@.pg_shard_id_info()) <> 'cluster' THEN
-        -- CREATE EXTENSION runs its script with client_min_messages raised to warning; lower it
-        -- for this statement only, so that the NOTICE reaches the user.
-        PERFORM set_config('client_min_messages', 'notice', true);
-        RAISE NOTICE 'pg_shard_id is not in shared_preload_libraries: ids are guarded per session only'
-            USING HINT = 'Add pg_shard_id to shared_preload_libraries and restart PostgreSQL to guard them across the whole cluster.';
-    END IF;
-END
-$$;
-/* </end connected objects> */
-
-/* <begin connected objects> */
 -- src/stats.rs:37
 -- pg_shard_id::stats::pg_shard_id_stats
 CREATE  FUNCTION "pg_shard_id_stats"() RETURNS TABLE (
@@ -751,7 +757,7 @@ AS 'MODULE_PATHNAME', 'pg_shard_id_stats_reset_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:60
+-- src/lib.rs:62
 -- requires:
 --   stats::pg_shard_id_stats
 --   stats::pg_shard_id_stats_reset
@@ -1134,7 +1140,7 @@ AS 'MODULE_PATHNAME', 'shard_id_lower_bound_epoch_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:404
+-- src/mask.rs:405
 -- pg_shard_id::mask::shard_id_mask
 
 CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text DEFAULT '') RETURNS bigint
@@ -1143,7 +1149,7 @@ CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text DEFAULT '') RETURNS bigi
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:488
+-- src/mask.rs:489
 -- pg_shard_id::mask::shard_id_mask_shortcode
 
 CREATE FUNCTION shard_id_mask_shortcode("id" bigint, "tweak" text DEFAULT '') RETURNS text
@@ -1152,7 +1158,7 @@ CREATE FUNCTION shard_id_mask_shortcode("id" bigint, "tweak" text DEFAULT '') RE
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:428
+-- src/mask.rs:429
 -- pg_shard_id::mask::shard_id_mask_with_key
 
 CREATE FUNCTION shard_id_mask("id" bigint, "tweak" text, "key_id" integer) RETURNS bigint
@@ -1227,7 +1233,7 @@ AS 'MODULE_PATHNAME', 'shard_id_to_shortcode_wrapper';
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:447
+-- src/mask.rs:448
 -- pg_shard_id::mask::shard_id_unmask
 
 CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text DEFAULT '') RETURNS bigint
@@ -1236,7 +1242,7 @@ CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text DEFAULT '') RETURN
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:510
+-- src/mask.rs:511
 -- pg_shard_id::mask::shard_id_unmask_shortcode
 
 CREATE FUNCTION shard_id_unmask_shortcode("code" text, "tweak" text DEFAULT '') RETURNS bigint
@@ -1245,7 +1251,7 @@ CREATE FUNCTION shard_id_unmask_shortcode("code" text, "tweak" text DEFAULT '') 
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:468
+-- src/mask.rs:469
 -- pg_shard_id::mask::shard_id_unmask_with_key
 
 CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text, "key_id" integer) RETURNS bigint
@@ -1254,7 +1260,7 @@ CREATE FUNCTION shard_id_unmask("masked" bigint, "tweak" text, "key_id" integer)
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:581
+-- src/mask.rs:582
 -- requires:
 --   origin
 --   shard_id_mask
@@ -1306,7 +1312,7 @@ COMMENT ON TABLE _pg_shard_id.mask_keys IS
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/mask.rs:542
+-- src/mask.rs:543
 -- pg_shard_id::mask::shard_id_mask_keys_record
 
 CREATE FUNCTION shard_id_mask_keys_record() RETURNS TABLE ("key_id" integer, "check_value" bigint, "recorded" text)
@@ -1316,7 +1322,7 @@ REVOKE EXECUTE ON FUNCTION shard_id_mask_keys_record() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
--- src/lib.rs:72
+-- src/lib.rs:74
 -- finalize
 -- One COMMENT per SQL function (\df+ and pgAdmin show them). A pg_test checks that none is missing.
 COMMENT ON FUNCTION next_shard_id(regclass, integer) IS
@@ -1402,6 +1408,7 @@ COMMENT ON VIEW shard_id_conversions IS
 COMMENT ON FUNCTION _pg_shard_id.qualified(regclass) IS 'A relation''s name with its schema, quoted (for triggers run under another search_path).';
 COMMENT ON FUNCTION _pg_shard_id.leaves(regclass) IS 'The leaf partitions of a relation, or the table itself.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_units(regclass, name, name) IS 'The work of a conversion: each leaf of the table, then each leaf of each referencing table.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_id(regclass, integer, timestamp with time zone) IS 'The id a converted row gets: at its own time, or a live id for a time less than 1.5 s past or ahead.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_row() IS 'Trigger of a conversion: the id of a row an UPDATE moved behind the batches, or inserted without one.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_reference() IS 'Trigger of a conversion: the new id of the row a referencing row references.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_references(regclass, name) IS 'The single-column foreign keys that reference a table''s key column: what a conversion carries.';

@@ -416,6 +416,7 @@ mod tests {
             "_pg_shard_id.leaves(regclass):sss",
             "_pg_shard_id.conversion_units(regclass,name,name):sss",
             "_pg_shard_id.conversion_references(regclass,name):sss",
+            "_pg_shard_id.conversion_id(regclass,integer,timestamp with time zone):vu-",
             "_pg_shard_id.conversion_fill_row():vu-",
             "_pg_shard_id.conversion_fill_reference():vu-",
         ];
