@@ -42,7 +42,8 @@ unsafe extern "C-unwind" {
     fn GetUserId() -> pg_sys::Oid;
 }
 
-/// The (sequence, role) pairs PostgreSQL allowed since the last invalidation, in this backend.
+/// The (sequence, role) pairs PostgreSQL allowed in this backend's current transaction, since the
+/// last invalidation.
 static ALLOWED: PrivilegeCache = PrivilegeCache::new();
 
 /// Asks PostgreSQL to empty [`ALLOWED`] whenever a catalog that decides a sequence privilege
