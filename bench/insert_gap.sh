@@ -3,8 +3,8 @@
 # snowflake.nextval() (built by bench/pgedge.sh), Instagram's PL/pgSQL next_id() (bench/generators.sql)
 # and the naive port in C without a guard (bench/reference_ids.c: nextval() + a clock read + the
 # shifts, in its own library: what calling any C generator costs) (issue 40), with
-# synchronous_commit off and on: pgbench, prepared, 2 clients, the three tables interleaved in one
-# run (every transaction inserts into one of them at random, so all three meet the same machine at
+# synchronous_commit off and on: pgbench, prepared, 2 clients, the six tables interleaved in one
+# run (every transaction inserts into one of them at random, so all six meet the same machine at
 # the same moments), GAP_RUNS runs of GAP_SECONDS each; next_shard_id's speed against each is the
 # other's mean latency over next_shard_id's, one ratio per run, reported as the median with its
 # distribution-free 95 % interval. Then, per table alone (GAP_SECONDS, same settings), what each

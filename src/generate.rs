@@ -45,7 +45,7 @@ unsafe extern "C-unwind" {
 /// It is the hot path of every insert, and `bench/profile.sh` showed that a third of the
 /// extension's own cost per id was pgrx's wrapper: the panic guard around the function and the
 /// `sigsetjmp` boundary around the one call into PostgreSQL (`crate::privilege::nextval`:
-/// `AcceptInvalidationMessages` and `nextval_internal`). So PostgreSQL
+/// `GetUserId` and `nextval_internal`). So PostgreSQL
 /// calls this function directly (a version-1 C function, declared by the `extension_sql!` below),
 /// and it keeps pgrx's rules by other means:
 /// * An ERROR inside `privilege::nextval` (not a sequence, no privilege, exhausted, read-only)
