@@ -14,14 +14,15 @@
 //!    lease.
 
 use crate::{data_floor, errors, origin, shmem};
-use pg_shard_id_core::guard::{Decision, Overflow};
+use pg_shard_id_core::guard::{Decision, Overflow, Previous};
 use pg_shard_id_core::layout::LayoutError;
 use pg_shard_id_core::slot_cache::SlotCache;
 use pg_shard_id_core::slots::{SlotKey, SlotTable};
 use std::sync::atomic::Ordering;
 
 /// The slot of each sequence this backend used recently, so that an id needs no lookup in the
-/// table: bounded (`pg_shard_id_core::slot_cache`), a hint the table re-checks.
+/// table, and the last id it took from it: bounded (`pg_shard_id_core::slot_cache`), a hint the
+/// table re-checks.
 static SLOT_CACHE: SlotCache = SlotCache::new();
 
 /// What one id asks the guard for: a millisecond for `remainder` of sequence `key`, under
@@ -119,14 +120,30 @@ impl<C: Fn() -> i64> Request<C> {
     /// The guard's decision, in the slot this backend last used for the sequence (or one found or
     /// claimed now). Plain Rust: no call into PostgreSQL, no ERROR. Inlined, so that the common
     /// case is one function with the generator's own (`bench/cost_gate.sh` counts it).
+    ///
+    /// The backend's previous id from the sequence goes with it, so that the guard's wrap rule
+    /// looks at this session's own remainders, and the id it issues is remembered as the next
+    /// previous one (`GuardState::issue_after`).
     #[inline(always)]
     fn ask_guard(&self, table: &SlotTable) -> Result<Decision, LayoutError> {
         let cached = SLOT_CACHE.get(self.key);
-        let (index, decision) =
-            table.issue(cached, self.key, self.remainder, self.overflow, &self.clock);
-        if cached != Some(index) {
-            SLOT_CACHE.put(self.key, index);
-        }
+        let previous = cached.and_then(|e| e.previous);
+        let (index, decision) = table.issue(
+            cached.map(|e| e.slot),
+            self.key,
+            self.remainder,
+            previous,
+            self.overflow,
+            &self.clock,
+        );
+        let issued = match decision {
+            Ok(Decision::Issue { ms, .. }) => Some(Previous {
+                ms,
+                remainder: self.remainder,
+            }),
+            _ => previous,
+        };
+        SLOT_CACHE.put(self.key, index, issued);
         decision
     }
 

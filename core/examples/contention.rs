@@ -40,7 +40,7 @@ fn main() {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let r = (sequence.fetch_add(1, Ordering::Relaxed) % 1024) as u16;
-                    let (index, d) = t.issue(cached, key, r, Overflow::Borrow, now_ms);
+                    let (index, d) = t.issue(cached, key, r, None, Overflow::Borrow, now_ms);
                     cached = Some(index);
                     if let Ok(Decision::Issue { .. }) = d {
                         n += 1;

@@ -63,6 +63,14 @@ impl Overflow {
     }
 }
 
+/// The caller's own previous id from this guard's sequence: the millisecond and remainder of the
+/// last id a session took from it, when the session remembers it ([`GuardState::issue_after`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Previous {
+    pub ms: i64,
+    pub remainder: u16,
+}
+
 /// What [`GuardState::issue`] decided.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Decision {
@@ -267,13 +275,31 @@ impl GuardState {
         remainder: u16,
         overflow: Overflow,
     ) -> Result<Decision, LayoutError> {
-        match self.issue_common(now, remainder) {
+        self.issue_after(None, now, remainder, overflow)
+    }
+
+    /// [`GuardState::issue`] for a caller that remembers its own previous id from this sequence
+    /// (`previous`; `None`: it does not). Only the wrap rule uses it: a remainder far below the
+    /// caller's *own* previous one in this millisecond is its sequence wrapping, while a remainder
+    /// below another session's is not. Sessions that hold different blocks of a sequence
+    /// (`CACHE` above 1) then share a millisecond instead of pushing each other into the next
+    /// one whenever their blocks lie on both sides of a multiple of 1024. Without `previous`, the
+    /// highest remainder any caller took in the millisecond stands in for it.
+    #[inline]
+    pub fn issue_after(
+        &mut self,
+        previous: Option<Previous>,
+        now: i64,
+        remainder: u16,
+        overflow: Overflow,
+    ) -> Result<Decision, LayoutError> {
+        match self.issue_common(now, remainder, previous) {
             Some(ms) => Ok(Decision::Issue {
                 ms,
                 clock: now,
                 clock_stepped_back_by: None,
             }),
-            None => self.decide(now, remainder, overflow),
+            None => self.decide(now, remainder, previous, overflow),
         }
     }
 
@@ -283,14 +309,19 @@ impl GuardState {
     /// is inside the layout. The state changes exactly as [`GuardState::decide`] would change it.
     /// `None`: not the common case, and the guard is left as it was.
     #[inline(always)]
-    fn issue_common(&mut self, now: i64, remainder: u16) -> Option<i64> {
+    fn issue_common(
+        &mut self,
+        now: i64,
+        remainder: u16,
+        previous: Option<Previous>,
+    ) -> Option<i64> {
         if self.data_floor_request != 0 || !(0..=MAX_MS).contains(&now) || now < self.clock {
             return None;
         }
         if now > self.ms {
             self.start_ms(now);
             self.recovering = 0;
-        } else if self.is_used(remainder) || self.wrapped(remainder) || self.ms > MAX_MS {
+        } else if self.is_used(remainder) || self.wrapped(remainder, previous) || self.ms > MAX_MS {
             return None;
         }
         self.clock = now;
@@ -306,6 +337,7 @@ impl GuardState {
         &mut self,
         now: i64,
         remainder: u16,
+        previous: Option<Previous>,
         overflow: Overflow,
     ) -> Result<Decision, LayoutError> {
         debug_assert!(i64::from(remainder) <= MAX_SEQ);
@@ -319,7 +351,7 @@ impl GuardState {
         if now > self.ms {
             self.start_ms(now);
             self.recovering = 0;
-        } else if self.is_used(remainder) || self.wrapped(remainder) {
+        } else if self.is_used(remainder) || self.wrapped(remainder, previous) {
             let recovering = self.recovering != 0 || clock_stepped_back_by.is_some();
             let lead = overflow.max_lead_ms();
             if !recovering && self.ms >= now + lead {
@@ -355,13 +387,22 @@ impl GuardState {
         self.used = [0; WORDS];
     }
 
-    /// The sequence wrapped around (its remainder fell far below the highest one issued in this
-    /// millisecond): give it the next millisecond, as for a used remainder, so that one stream of
-    /// `nextval` values gives strictly increasing ids. B-tree inserts then stay at the right edge
-    /// of the primary key instead of splitting pages in the middle. Small reorderings between
-    /// concurrent sessions (less than half the range) do not count.
-    fn wrapped(&self, remainder: u16) -> bool {
-        u64::from(remainder) + WRAP_DISTANCE < self.high
+    /// The caller's sequence wrapped around (its remainder fell far below the caller's own
+    /// previous one in this millisecond): give it the next millisecond, as for a used remainder,
+    /// so that one session's stream of `nextval` values gives strictly increasing ids. B-tree
+    /// inserts then stay at the right edge of the primary key instead of splitting pages in the
+    /// middle. A caller whose previous id is in an earlier millisecond cannot go below it here.
+    /// A caller that does not know its previous id is measured against the highest remainder of
+    /// the millisecond, whoever took it; small reorderings between concurrent sessions (less than
+    /// half the range) do not count.
+    fn wrapped(&self, remainder: u16, previous: Option<Previous>) -> bool {
+        let high = match previous {
+            Some(p) if p.ms < self.ms => return false,
+            Some(p) if p.ms == self.ms => u64::from(p.remainder) + 1,
+            // unknown, or (never left by a floor, which is above every id) ahead of the guard
+            _ => self.high,
+        };
+        u64::from(remainder) + WRAP_DISTANCE < high
     }
 
     fn bit(remainder: u16) -> (usize, u64) {
@@ -618,6 +659,56 @@ mod tests {
         assert_eq!(issued(&mut g, 9, 3, Overflow::Wait), 10);
     }
 
+    /// Two sessions holding blocks of a `CACHE 32` sequence on both sides of a multiple of 1024
+    /// (one at 993..1024, the other at 1025..1056), drawing in turn within one clock
+    /// millisecond. Measured against the millisecond's highest remainder, each turn looked like
+    /// a wrap and pushed the other into the next millisecond (issue 40's waits at CACHE 32);
+    /// against each session's own previous id, they share it, and only the first session's own
+    /// wrap (1023 to 1024) moves on. (A session that has never drawn, or forgot, is still
+    /// measured against the millisecond's highest remainder.)
+    #[test]
+    fn sessions_on_both_sides_of_a_wrap_share_the_millisecond() {
+        let run = |remember: bool| {
+            let mut g = GuardState::new();
+            // both sessions drew before, in an earlier millisecond
+            let earlier = Some(Previous {
+                ms: 6,
+                remainder: 0,
+            });
+            let mut previous = [earlier; 2];
+            let mut ids = Vec::new();
+            for i in 0..32i64 {
+                for (session, value) in [(0usize, 993 + i), (1, 1025 + i)] {
+                    let remainder = (value % SEQ_VALUES) as u16;
+                    let known = if remember { previous[session] } else { None };
+                    let ms = ms_of(
+                        g.issue_after(known, 7, remainder, Overflow::Borrow)
+                            .unwrap(),
+                    )
+                    .unwrap();
+                    previous[session] = Some(Previous { ms, remainder });
+                    ids.push((session, ms, remainder));
+                }
+            }
+            (g.counts.exhausted_ms, ids)
+        };
+        let (moves, ids) = run(true);
+        assert_eq!(moves, 1, "one move: the first session's own wrap");
+        for session in 0..2 {
+            let own: Vec<_> = ids
+                .iter()
+                .filter(|id| id.0 == session)
+                .map(|id| (id.1, id.2))
+                .collect();
+            assert!(
+                own.windows(2).all(|w| w[1] > w[0]),
+                "session {session}: {own:?}"
+            );
+        }
+        let (moves, _) = run(false);
+        assert!(moves > 30, "without the own previous id, {moves} moves");
+    }
+
     #[test]
     fn a_full_millisecond_holds_exactly_seq_values_ids() {
         // Catches a bit set or wrap threshold out of step with the layout: every value of the
@@ -703,6 +794,18 @@ mod tests {
         clock_delta: i64,
         remainder: u16,
         borrow: bool,
+        /// The caller's previous id, as (offset from the guard's millisecond, remainder).
+        previous: Option<(i64, u16)>,
+    }
+
+    impl Step {
+        fn previous(&self, g: &GuardState) -> Option<Previous> {
+            let (offset, remainder) = self.previous?;
+            Some(Previous {
+                ms: g.last_ms()?.saturating_add(offset),
+                remainder,
+            })
+        }
     }
 
     fn steps() -> impl Strategy<Value = Vec<Step>> {
@@ -710,11 +813,13 @@ mod tests {
             prop_oneof![8 => Just(0i64), 4 => Just(1), 1 => -3000i64..3000],
             prop_oneof![3 => 0u16..8, 1 => 0u16..1024],
             any::<bool>(),
+            proptest::option::of((-2i64..2, 0u16..1024)),
         )
-            .prop_map(|(clock_delta, remainder, borrow)| Step {
+            .prop_map(|(clock_delta, remainder, borrow, previous)| Step {
                 clock_delta,
                 remainder,
                 borrow,
+                previous,
             });
         proptest::collection::vec(step, 1..2000)
     }
@@ -838,8 +943,9 @@ mod tests {
                 let overflow = if step.borrow { Overflow::Borrow } else { Overflow::Wait };
                 for _ in 0..3 {
                     let (mut shortcut, mut decided) = (g, g);
-                    let answer = decided.decide(clock, step.remainder, overflow);
-                    match shortcut.issue_common(clock, step.remainder) {
+                    let previous = step.previous(&g);
+                    let answer = decided.decide(clock, step.remainder, previous, overflow);
+                    match shortcut.issue_common(clock, step.remainder, previous) {
                         Some(ms) => {
                             common += 1;
                             let expected = Decision::Issue { ms, clock, clock_stepped_back_by: None };
@@ -877,7 +983,8 @@ mod tests {
                 clock += step.clock_delta;
                 let overflow = if step.borrow { Overflow::Borrow } else { Overflow::Wait };
                 let ms = loop {
-                    match g.issue(clock, step.remainder, overflow).unwrap() {
+                    // any previous id the caller claims, true or not, only moves an id later
+                    match g.issue_after(step.previous(&g), clock, step.remainder, overflow).unwrap() {
                         Decision::Issue { ms, .. } => break ms,
                         Decision::WaitUntilPast(ms) => {
                             prop_assert!(ms >= clock, "asked to wait for a clock already past {}", ms);
@@ -937,6 +1044,60 @@ mod tests {
                 };
                 prop_assert!((ms, r) > last, "({}, {}) after {:?}", ms, r, last);
                 last = (ms, r);
+            }
+        }
+
+        /// Sessions drawing from one sequence with `CACHE` blocks (each takes the next `cache`
+        /// values when its block runs out), in a random order, with a clock that ticks at random,
+        /// each passing its own previous id unless it forgot it (a slot cache entry pushed out):
+        /// no pair repeats, the millisecond never decreases, and a session whose previous id was
+        /// remembered and at most 512 values back gets a larger id.
+        #[test]
+        fn sessions_with_cached_blocks_stay_unique_and_each_in_order(
+            sessions in 1usize..8,
+            cache in prop_oneof![Just(1i64), Just(2), Just(32), Just(100), Just(1024)],
+            schedule in proptest::collection::vec((0usize..8, prop_oneof![9 => Just(0i64), 1 => Just(1)], 0u8..20), 1..4000),
+            borrow in any::<bool>(),
+        ) {
+            let overflow = if borrow { Overflow::Borrow } else { Overflow::Wait };
+            let mut g = GuardState::new();
+            let mut clock = 1_000i64;
+            let mut next_block = 0i64;
+            // per session: next value, end of block, previous (value, ms, remainder) remembered
+            let mut held: Vec<(i64, i64)> = vec![(0, 0); sessions];
+            let mut previous: Vec<Option<(i64, Previous)>> = vec![None; sessions];
+            let mut seen = HashSet::new();
+            let mut last_ms = i64::MIN;
+            for (who, tick, forget) in schedule {
+                let s = who % sessions;
+                clock += tick;
+                if held[s].0 == held[s].1 {
+                    held[s] = (next_block, next_block + cache);
+                    next_block += cache;
+                }
+                let value = held[s].0;
+                held[s].0 += 1;
+                let remainder = (value % SEQ_VALUES) as u16;
+                if forget == 0 {
+                    previous[s] = None;
+                }
+                let known = previous[s].map(|(_, p)| p);
+                let ms = loop {
+                    match ms_of(g.issue_after(known, clock, remainder, overflow).unwrap()) {
+                        Some(ms) => break ms,
+                        None => clock += 1,
+                    }
+                };
+                prop_assert!(seen.insert((ms, remainder)), "repeat of ({}, {})", ms, remainder);
+                prop_assert!(ms >= last_ms, "millisecond went back");
+                if let Some((before, p)) = previous[s] {
+                    if value - before <= SEQ_VALUES / 2 {
+                        prop_assert!((ms, remainder) > (p.ms, p.remainder),
+                            "session {}: ({}, {}) after {:?}", s, ms, remainder, p);
+                    }
+                }
+                last_ms = ms;
+                previous[s] = Some((value, Previous { ms, remainder }));
             }
         }
 

@@ -23,7 +23,7 @@
 //! * Claiming a slot and issuing its first id happen in one critical section, so a claimed slot
 //!   cannot be evicted before its claimer has used it: every call makes progress.
 
-use crate::guard::{Decision, GuardState, Overflow};
+use crate::guard::{Decision, GuardState, Overflow, Previous};
 use crate::layout::LayoutError;
 use spinlock::SpinLock;
 use std::cell::UnsafeCell;
@@ -218,7 +218,8 @@ impl SlotTable {
     }
 
     /// Runs the guard of sequence `key` for `remainder`, reading the clock (`clock`, in the
-    /// guard's units) under the slot's lock. `cached` is the slot index this caller last used for
+    /// guard's units) under the slot's lock. `previous` is the caller's own previous id of `key`,
+    /// if it remembers it ([`GuardState::issue_after`]). `cached` is the slot index this caller last used for
     /// `key`, if any; the index actually used is returned with the decision, to cache for the
     /// next call. A slot that no longer holds `key` (it was given to another sequence) is found
     /// or claimed again, which never fails.
@@ -228,6 +229,7 @@ impl SlotTable {
         cached: Option<usize>,
         key: SlotKey,
         remainder: u16,
+        previous: Option<Previous>,
         overflow: Overflow,
         clock: impl FnOnce() -> i64,
     ) -> (usize, Result<Decision, LayoutError>) {
@@ -236,10 +238,13 @@ impl SlotTable {
             let slot = self.slot(index);
             let _lock = slot.lock.lock();
             if slot.key.load(Ordering::Relaxed) == key {
-                return (index, Self::run_guard(slot, remainder, overflow, clock));
+                return (
+                    index,
+                    Self::run_guard(slot, remainder, previous, overflow, clock),
+                );
             }
         }
-        self.issue_uncached(key, remainder, overflow, clock)
+        self.issue_uncached(key, remainder, previous, overflow, clock)
     }
 
     /// [`SlotTable::issue`] when the caller's cached index does not hold `key`: found in its
@@ -250,6 +255,7 @@ impl SlotTable {
         &self,
         key: SlotKey,
         remainder: u16,
+        previous: Option<Previous>,
         overflow: Overflow,
         clock: impl FnOnce() -> i64,
     ) -> (usize, Result<Decision, LayoutError>) {
@@ -258,14 +264,20 @@ impl SlotTable {
             let _lock = slot.lock.lock();
             // Re-checked under the slot's lock: it may have been given to another key since.
             if slot.key.load(Ordering::Relaxed) == key {
-                return (index, Self::run_guard(slot, remainder, overflow, clock));
+                return (
+                    index,
+                    Self::run_guard(slot, remainder, previous, overflow, clock),
+                );
             }
         }
         let _claim = self.header().claim_lock.lock();
         let index = self.find_or_claim(key);
         let slot = self.slot(index);
         let _lock = slot.lock.lock();
-        (index, Self::run_guard(slot, remainder, overflow, clock))
+        (
+            index,
+            Self::run_guard(slot, remainder, previous, overflow, clock),
+        )
     }
 
     /// The guard's decision; the slot's lock must be held.
@@ -273,6 +285,7 @@ impl SlotTable {
     fn run_guard(
         slot: &Slot,
         remainder: u16,
+        previous: Option<Previous>,
         overflow: Overflow,
         clock: impl FnOnce() -> i64,
     ) -> Result<Decision, LayoutError> {
@@ -283,7 +296,7 @@ impl SlotTable {
             slot.last_used.store(now, Ordering::Relaxed);
         }
         // SAFETY: the caller holds the slot's lock, the only way to the state.
-        unsafe { (*slot.state.get()).issue(now, remainder, overflow) }
+        unsafe { (*slot.state.get()).issue_after(previous, now, remainder, overflow) }
     }
 
     /// The slots of `key`'s window, in probe order.
