@@ -4,7 +4,7 @@
 # `-c pg_shard_id.overflow=borrow`, only the instructions inside each generator's C function
 # (--toggle-collect: nextval_oid, snowflake_nextval, next_shard_id_wrapper), marginal over N and 2N
 # ids ((2N run - N run) / N), so a sequence's first id and start-up cancel out. Each generator runs
-# on a sequence with CACHE 1 and one with CACHE 1024. pgEdge gets its own sequences (it writes
+# on sequences with CACHE 1, 32 (the recommendation since issue 40's CACHE table) and 1024. pgEdge gets its own sequences (it writes
 # snowflake ids into them), snowflake.node = 1.
 # Then, from the same runs, the marginal per-id inclusive profile (callgrind_annotate) of pgEdge
 # and next_shard_id at CACHE 1: the top functions of each, and the two side by side.
@@ -23,7 +23,7 @@ start_cluster peers yes
 stop_cluster peers
 dir="$RUN_DIR/peers"
 single() { as_pg "$PG_BIN/postgres" --single -D "$dir/data" -c jit=off -c pg_shard_id.overflow=borrow -c snowflake.node=1 postgres "$@"; }
-single >/dev/null <<<"CREATE EXTENSION pg_shard_id; CREATE EXTENSION snowflake; CREATE SEQUENCE s; CREATE SEQUENCE s1024 CACHE 1024; CREATE SEQUENCE p; CREATE SEQUENCE p1024 CACHE 1024;"
+single >/dev/null <<<"CREATE EXTENSION pg_shard_id; CREATE EXTENSION snowflake; CREATE SEQUENCE s; CREATE SEQUENCE s32 CACHE 32; CREATE SEQUENCE s1024 CACHE 1024; CREATE SEQUENCE p; CREATE SEQUENCE p32 CACHE 32; CREATE SEQUENCE p1024 CACHE 1024;"
 # the database's first id records this server in _pg_shard_id.origin (1.77 M instructions, once):
 # drawn here, so that it is not inside the smaller counted run (as bench/cost_gate.sh does)
 single >/dev/null <<<"SELECT next_shard_id('s', 1);"
@@ -47,6 +47,9 @@ say "callgrind, $N and $((2 * N)) ids, PostgreSQL $PG_MAJOR ($("$PG_BIN/postgres
 per_id nextval-1 nextval_oid "nextval('s')"
 per_id pgedge-1 snowflake_nextval "snowflake.nextval('p')"
 per_id shard-1 next_shard_id_wrapper "next_shard_id('s', 1)"
+per_id nextval-32 nextval_oid "nextval('s32')"
+per_id pgedge-32 snowflake_nextval "snowflake.nextval('p32')"
+per_id shard-32 next_shard_id_wrapper "next_shard_id('s32', 1)"
 per_id nextval-1024 nextval_oid "nextval('s1024')"
 per_id pgedge-1024 snowflake_nextval "snowflake.nextval('p1024')"
 per_id shard-1024 next_shard_id_wrapper "next_shard_id('s1024', 1)"
@@ -97,17 +100,17 @@ def steady(name, f):
         if m and m.group(2) == f:
             best = max(best, (int(m.group(3).replace(',', '')), int(m.group(1).replace(',', ''))))
     return best[1] / best[0] if best[0] else 0
-print('| generator | CACHE 1 | CACHE 1024 | CACHE 1, per call after the first | CACHE 1024, per call after the first |')
-print('|---|---:|---:|---:|---:|')
+print('| generator | CACHE 1 | CACHE 32 | CACHE 1024 | CACHE 1, per call after the first | CACHE 1024, per call after the first |')
+print('|---|---:|---:|---:|---:|---:|')
 for label, name in (("`nextval('s')`", 'nextval'), ("pgEdge `snowflake.nextval('s')`", 'pgedge'),
                     ("`next_shard_id('s', 1)`", 'shard')):
     f = {'nextval': 'nextval_oid', 'pgedge': 'snowflake_nextval', 'shard': 'next_shard_id_wrapper'}[name]
-    print(f'| {label} | {per_id(name + "-1"):,.1f} | {per_id(name + "-1024"):,.1f} | '
+    print(f'| {label} | {per_id(name + "-1"):,.1f} | {per_id(name + "-32"):,.1f} | {per_id(name + "-1024"):,.1f} | '
           f'{steady(name + "-1-2", f):,.1f} | {steady(name + "-1024-2", f):,.1f} |')
 print('\nThe first two columns are cost_gate\'s way (marginal); the last two divide the inclusive count of '
       'the generator\'s calls from its busiest caller (all but the backend\'s first call) in the '
       f'{2*n}-id run by their number.')
-for c in ('1', '1024'):
+for c in ('1', '32', '1024'):
     m = marginal(f'shard-{c}')
     print(f'\nCACHE {c}: next_shard_id above the nextval_internal() it calls: '
           f'{per_id("shard-" + c) - m.get("nextval_internal", 0):,.1f}; '

@@ -1,31 +1,106 @@
 #!/usr/bin/env bash
-# Instructions per INSERT (issue 40: where does a timed insert's gap against bigserial go?):
-# callgrind over a single-user backend that runs one prepared INSERT per line, N and 2N times,
-# for a table whose id is next_shard_id('s', 1), bigserial, and an identity column; the figure is
-# marginal ((2N run - N run) / N), so start-up, catalog loads and a sequence's first id cancel
-# out. Every statement is its own transaction, as in pgbench without -t batching.
-#   bench/insert_cost.sh            N=2000, the build installed in the selected PostgreSQL
-# Prints one line per table. (WAL per insert, the other half of the question, is read from
-# pg_stat_wal around a pgbench run; on 2026-11-25 it was the same for the three: 3.033 records
-# and 170.1-170.4 bytes per insert, no WAL flush, PostgreSQL 15, synchronous_commit off.)
+# Instructions per INSERT (issue 40: where does a timed insert's gap against bigserial go?), in the
+# backends pgbench gets: a server runs under callgrind (every backend it forks writes its own
+# profile), a first backend draws each table's first id (the guard's data floor, the origin), then
+# one new backend per table and count runs a prepared INSERT N and 2N times. The figure is
+# marginal ((2N run - N run) / N), so connection start-up, catalog loads and the backend's first
+# id cancel out; every statement is its own transaction, as in pgbench. Tables: next_shard_id('s',
+# 1), bigserial, an identity column, and the naive port in C without a guard (bench/reference_ids.c:
+# what calling any C function from a library costs).
+#   bench/insert_cost.sh                N=2000, the build installed in the selected PostgreSQL
+#   INSCOST_CACHESIM=1 bench/insert_cost.sh
+#       also callgrind's cache and branch simulation (the host's cache sizes; a model, since this
+#       VM has no hardware counters): first-level instruction and data misses, and mispredicted
+#       branches, per INSERT
+#   INSCOST_TOP=20                      functions in the profile of the differences (default 20)
+# Prints one line per table, then the functions whose own (exclusive) count per INSERT differs
+# most from bigserial's. Until 0.7.0 this ran a single-user backend, whose first id always reads
+# the data floor (its shared memory is new), and that read left the backend's local lock table
+# larger, so that every later transaction end scanned more of it (LockReleaseAll's
+# hash_seq_search: 214 instructions a call against 98): about 500 instructions per INSERT that
+# pgbench's backends, which find the guard settled, do not pay.
+# (WAL per insert, the other half of the question, is bench/insert_gap.sh's.)
 source "$(dirname "$0")/../scripts/lib.sh"
 stop_clusters_at_exit
 N="${N:-2000}"
-start_cluster inscost yes >/dev/null
-stop_cluster inscost
+TOP="${INSCOST_TOP:-20}"
+start_cluster inscost yes "jit = off" >/dev/null
 dir="$RUN_DIR/inscost"
-as_pg "$PG_BIN/postgres" --single -D "$dir/data" postgres >/dev/null <<<"CREATE EXTENSION pg_shard_id; CREATE SEQUENCE s; CREATE TABLE t_shard (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1), v int); CREATE TABLE t_serial (id bigserial PRIMARY KEY, v int); CREATE TABLE t_ident (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int);"
-count() { # count TABLE STATEMENTS: callgrind's total for a backend running that many inserts
-    local f="$dir/$1-$2.sql" out="$dir/$1-$2.callgrind"
-    { echo "PREPARE p AS INSERT INTO $1 (v) VALUES (1);"; for _ in $(seq 1 "$2"); do echo "EXECUTE p;"; done; } >"$f"
-    chmod 644 "$f"
-    as_pg valgrind --tool=callgrind --callgrind-out-file="$out" "$PG_BIN/postgres" --single -D "$dir/data" \
-        -c jit=off -c pg_shard_id.overflow=borrow postgres <"$f" >"$out.log" 2>&1
-    sed -n 's/^summary: //p' "$out" | head -1
-}
-say "instructions per prepared INSERT (callgrind, $N and $((2 * N)) statements, PostgreSQL $PG_MAJOR)"
-for t in t_shard t_serial t_ident; do
-    a="$(count "$t" "$N")"
-    b="$(count "$t" $((2 * N)))"
-    echo "  $t: $(((b - a) / N)) instructions per INSERT"
+build_reference_ids "$dir/reference"
+q -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE s" -c "CREATE SEQUENCE r" \
+    -c "CREATE TABLE t_shard (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1), v int)" \
+    -c "CREATE TABLE t_serial (id bigserial PRIMARY KEY, v int)" \
+    -c "CREATE TABLE t_ident (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, v int)" \
+    -c "CREATE FUNCTION reference_unguarded_id(regclass, integer) RETURNS bigint VOLATILE STRICT
+        LANGUAGE c AS '$dir/reference/reference_ids.so', 'reference_unguarded_id'" \
+    -c "CREATE TABLE t_naive_c (id bigint PRIMARY KEY DEFAULT reference_unguarded_id('r', 1), v int)"
+as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+mkdir -p "$dir/cg"
+chown postgres: "$dir/cg" 2>/dev/null || true
+sim=""
+[ -z "${INSCOST_CACHESIM:-}" ] || sim="--cache-sim=yes --branch-sim=yes"
+as_pg bash -c "valgrind --tool=callgrind $sim --callgrind-out-file=$dir/cg/cg.%p \
+    $PG_BIN/postgres -D $dir/data >$dir/valgrind.log 2>&1 &"
+for _ in $(seq 1 120); do pg_isready -q -h "$dir" -p "$PGPORT" && break; sleep 1; done
+say "instructions per prepared INSERT (callgrind, server backends, $N and $((2 * N)) statements, PostgreSQL $PG_MAJOR)"
+q -c "INSERT INTO t_shard (v) VALUES (0)" -c "INSERT INTO t_serial (v) VALUES (0)" \
+    -c "INSERT INTO t_ident (v) VALUES (0)" -c "INSERT INTO t_naive_c (v) VALUES (0)"
+for t in t_shard t_serial t_ident t_naive_c; do
+    for n in "$N" $((2 * N)); do
+        {
+            echo "SELECT pg_backend_pid() AS pid \\gset"
+            echo "\\o $dir/$t-$n.pid"
+            echo "SELECT :pid;"
+            echo "\\o"
+            echo "PREPARE p AS INSERT INTO $t (v) VALUES (1);"
+            for _ in $(seq 1 "$n"); do echo "EXECUTE p;"; done
+        } >"$dir/$t-$n.sql"
+        q -f "$dir/$t-$n.sql" >/dev/null
+    done
 done
+as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
+for t in t_shard t_serial t_ident t_naive_c; do
+    for n in "$N" $((2 * N)); do
+        callgrind_annotate --threshold=100 "$dir/cg/cg.$(tr -d ' \n' <"$dir/$t-$n.pid")" \
+            >"$dir/$t-$n.annotate" 2>/dev/null
+    done
+done
+python3 - "$dir" "$N" "$TOP" <<'EOF'
+import re, sys
+d, n, top = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+tables = ("t_shard", "t_serial", "t_ident", "t_naive_c")
+def totals(t, k):
+    lines = open(f"{d}/cg/cg.{open(f'{d}/{t}-{k}.pid').read().strip()}").read().splitlines()
+    events = next(l.split()[1:] for l in lines if l.startswith("events:"))
+    summary = next(l.split()[1:] for l in lines if l.startswith(("summary:", "totals:")))
+    return dict(zip(events, map(int, summary)))
+def functions(t, k):
+    p, started = {}, False
+    for l in open(f"{d}/{t}-{k}.annotate"):
+        if "file:function" in l:
+            started = True
+            continue
+        m, v = re.search(r"(\S+):(\S+) \[", l), re.match(r"\s*([0-9,]+)", l)
+        if started and m and v:
+            p[m.group(2)] = p.get(m.group(2), 0) + int(v.group(1).replace(",", ""))
+    return p
+names = {"I1mr": "I1 misses", "D1mr": "D1 read misses", "D1mw": "D1 write misses",
+         "Bcm": "mispredicted cond. branches", "Bim": "mispredicted ind. branches"}
+marginal = {}
+for t in tables:
+    a, b = totals(t, n), totals(t, 2 * n)
+    per = {e: (b[e] - a[e]) / n for e in a}
+    extra = "".join(f", {names[e]} {per[e]:,.1f}" for e in names if e in per)
+    print(f"  {t}: {per['Ir']:,.0f} instructions per INSERT{extra}")
+    fa, fb = functions(t, n), functions(t, 2 * n)
+    marginal[t] = {f: (fb.get(f, 0) - fa.get(f, 0)) / n for f in set(fa) | set(fb)}
+s = marginal["t_serial"]
+keys = sorted(set().union(*marginal.values()),
+              key=lambda f: -max(abs(marginal[t].get(f, 0) - s.get(f, 0)) for t in ("t_shard", "t_naive_c")))
+print(f"\nOwn instructions per INSERT against bigserial's, the {top} functions that differ most:\n")
+print("| function | bigserial | next_shard_id | naive C port |")
+print("|---|---:|---:|---:|")
+for f in keys[:top]:
+    print(f"| `{f}` | {s.get(f, 0):,.1f} | {marginal['t_shard'].get(f, 0) - s.get(f, 0):+,.1f} | "
+          f"{marginal['t_naive_c'].get(f, 0) - s.get(f, 0):+,.1f} |")
+EOF

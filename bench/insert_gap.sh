@@ -14,19 +14,22 @@
 #   GAP_RUNS=8 GAP_SECONDS=5           (defaults)
 #   GAP_CLIENTS="2 1"                  pgbench clients, one section per number (default 2)
 #   GAP_COMMIT="off on"                synchronous_commit settings (default both)
+#   GAP_CACHE=32                       next_shard_id's sequence with that CACHE (default 1), and a
+#                                      seventh table: bigserial's DEFAULT on a sequence with it too
 # Prints markdown. Run it on an otherwise idle machine.
 source "$(dirname "$0")/../scripts/lib.sh"
 source "$REPO/bench/pgedge.sh"
 stop_clusters_at_exit
 ensure_pgedge
 build_reference_ids "$RUN_DIR/gap-reference"
-export REPO GAP_RUNS="${GAP_RUNS:-8}" GAP_SECONDS="${GAP_SECONDS:-5}" GAP_CLIENTS="${GAP_CLIENTS:-2}"
+export REPO GAP_CACHE="${GAP_CACHE:-1}" GAP_RUNS="${GAP_RUNS:-8}" GAP_SECONDS="${GAP_SECONDS:-5}" GAP_CLIENTS="${GAP_CLIENTS:-2}"
 echo "Measured $(date -u '+%Y-%m-%d %H:%M UTC'), PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}'), $(nproc) CPUs, $GAP_RUNS interleaved runs of $GAP_SECONDS s per setting; load before: $(cut -d' ' -f1-3 /proc/loadavg)"
 for commit in ${GAP_COMMIT:-off on}; do
     start_cluster gap yes "synchronous_commit = $commit" "jit = off" "snowflake.node = 1" >/dev/null
     createdb bench
     psql -X -q -d bench -c "SET client_min_messages = warning" -c "CREATE EXTENSION pg_shard_id" \
-        -c "CREATE EXTENSION snowflake" -c "CREATE SEQUENCE ins_seq" -c "CREATE SEQUENCE pgedge_seq" \
+        -c "CREATE EXTENSION snowflake" -c "CREATE SEQUENCE ins_seq CACHE $GAP_CACHE" -c "CREATE SEQUENCE pgedge_seq" \
+        -c "CREATE SEQUENCE serial_cache_seq CACHE $GAP_CACHE" \
         -c "CREATE SEQUENCE ref_seq" \
         -c "CREATE FUNCTION reference_unguarded_id(regclass, integer) RETURNS bigint VOLATILE STRICT
             LANGUAGE c AS '$RUN_DIR/gap-reference/reference_ids.so', 'reference_unguarded_id'" >/dev/null
@@ -48,6 +51,11 @@ tables = {
     "Instagram PL/pgSQL": insert_script("ins_insta", "id bigint PRIMARY KEY DEFAULT insta5.next_id()"),
     "naive C, no guard": insert_script("ins_ref", "id bigint PRIMARY KEY DEFAULT reference_unguarded_id('ref_seq', 5)"),
 }
+cache = int(os.environ["GAP_CACHE"])
+if cache != 1:
+    tables[f"bigserial, CACHE {cache}"] = insert_script(
+        "ins_serial_cache", "id bigint PRIMARY KEY DEFAULT nextval('serial_cache_seq')")
+    print(f"next_shard_id's sequence has CACHE {cache}; the others CACHE 1 but the last table's.\n")
 names = list(tables)
 print("| clients | next_shard_id against | median ratio (its latency / ours) | 95 % interval | mean latency, ours / theirs (µs) |")
 print("|---:|---|---:|---:|---:|")

@@ -127,7 +127,7 @@ impl<C: Fn() -> i64> Request<C> {
     #[inline(always)]
     fn ask_guard(&self, table: &SlotTable) -> Result<Decision, LayoutError> {
         let cached = SLOT_CACHE.get(self.key);
-        let previous = cached.and_then(|e| e.previous);
+        let previous = cached.map_or(Previous::UNKNOWN, |e| e.previous);
         let (index, decision) = table.issue(
             cached.map(|e| e.slot),
             self.key,
@@ -137,13 +137,14 @@ impl<C: Fn() -> i64> Request<C> {
             &self.clock,
         );
         let issued = match decision {
-            Ok(Decision::Issue { ms, .. }) => Some(Previous {
-                ms,
-                remainder: self.remainder,
-            }),
+            Ok(Decision::Issue { ms, .. }) => Previous::issued(ms, self.remainder),
             _ => previous,
         };
-        SLOT_CACHE.put(self.key, index, issued);
+        if cached.map(|e| e.slot) == Some(index) {
+            SLOT_CACHE.set_previous(self.key, issued);
+        } else {
+            SLOT_CACHE.put(self.key, index, issued);
+        }
         decision
     }
 

@@ -7,7 +7,7 @@
 //!
 //! Numbers for ARCHITECTURE.md / issue 24 (the claim lock is held for the whole claim, so its
 //! cost is also how long every other claimer waits).
-use pg_shard_id_core::guard::Overflow;
+use pg_shard_id_core::guard::{Overflow, Previous};
 use pg_shard_id_core::slots::{slot_key, OwnedSlotTable};
 use std::time::Instant;
 
@@ -33,7 +33,9 @@ fn evictions_at(capacity: usize, count: usize) -> u64 {
     let t = owned.table();
     for n in 0..count as u64 {
         let key = slot_key(16_384 + (n % 7) as u32, (16_384 + n * 13) as u32);
-        let _ = t.issue(None, key, 0, None, Overflow::Borrow, || 1_000_000);
+        let _ = t.issue(None, key, 0, Previous::UNKNOWN, Overflow::Borrow, || {
+            1_000_000
+        });
     }
     t.evictions()
 }
@@ -54,7 +56,7 @@ fn main() {
         let mut filling = Vec::new();
         for key in 1..=capacity as u64 {
             let start = Instant::now();
-            let _ = t.issue(None, key, 0, None, Overflow::Borrow, clock);
+            let _ = t.issue(None, key, 0, Previous::UNKNOWN, Overflow::Borrow, clock);
             if key as usize > capacity - 1000 {
                 filling.push(start.elapsed().as_nanos());
             }
@@ -64,7 +66,14 @@ fn main() {
         let mut evicting = Vec::new();
         for key in 0..rounds as u64 {
             let start = Instant::now();
-            let _ = t.issue(None, (1 << 40) + key, 0, None, Overflow::Borrow, clock);
+            let _ = t.issue(
+                None,
+                (1 << 40) + key,
+                0,
+                Previous::UNKNOWN,
+                Overflow::Borrow,
+                clock,
+            );
             evicting.push(start.elapsed().as_nanos());
         }
         report("claim (evicting)", capacity, evicting);
@@ -72,10 +81,17 @@ fn main() {
         let mut cached = Vec::new();
         for key in (capacity as u64 / 2)..(capacity as u64 / 2 + 1000) {
             let start = Instant::now();
-            let (index, _) = t.issue(None, key, 1, None, Overflow::Borrow, clock);
+            let (index, _) = t.issue(None, key, 1, Previous::UNKNOWN, Overflow::Borrow, clock);
             lookup.push(start.elapsed().as_nanos());
             let start = Instant::now();
-            let _ = t.issue(Some(index), key, 2, None, Overflow::Borrow, clock);
+            let _ = t.issue(
+                Some(index),
+                key,
+                2,
+                Previous::UNKNOWN,
+                Overflow::Borrow,
+                clock,
+            );
             cached.push(start.elapsed().as_nanos());
         }
         report("lookup (no cache)", capacity, lookup);

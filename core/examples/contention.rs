@@ -8,7 +8,7 @@
 //! 16.8; 0.5.0's 232-byte slots, with the statistics, 15.1 to 17.0; a tried 256-byte layout with
 //! the slots on cache lines and the statistics' `ids` on the lock's line, 12.7 to 13.5 (spinning on
 //! the line the holder writes slows the holder), so it was not kept.
-use pg_shard_id_core::guard::{Decision, Overflow};
+use pg_shard_id_core::guard::{Decision, Overflow, Previous};
 use pg_shard_id_core::slots::{slot_key, OwnedSlotTable, SLOT_BYTES};
 use std::sync::atomic::{AtomicBool, AtomicI64, Ordering};
 use std::sync::Arc;
@@ -40,7 +40,8 @@ fn main() {
                 let mut n = 0u64;
                 while !stop.load(Ordering::Relaxed) {
                     let r = (sequence.fetch_add(1, Ordering::Relaxed) % 1024) as u16;
-                    let (index, d) = t.issue(cached, key, r, None, Overflow::Borrow, now_ms);
+                    let (index, d) =
+                        t.issue(cached, key, r, Previous::UNKNOWN, Overflow::Borrow, now_ms);
                     cached = Some(index);
                     if let Ok(Decision::Issue { .. }) = d {
                         n += 1;

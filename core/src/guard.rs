@@ -64,11 +64,57 @@ impl Overflow {
 }
 
 /// The caller's own previous id from this guard's sequence: the millisecond and remainder of the
-/// last id a session took from it, when the session remembers it ([`GuardState::issue_after`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Previous {
-    pub ms: i64,
-    pub remainder: u16,
+/// last id a session took from it, or [`Previous::UNKNOWN`] ([`GuardState::issue_after`]). One
+/// word, `(ms + 1) << 16 | remainder` (0: unknown), so that it travels in a register and a
+/// backend keeps it in one atomic (`crate::slot_cache`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Previous(u64);
+
+impl Previous {
+    /// The caller does not know its previous id.
+    pub const UNKNOWN: Previous = Previous(0);
+
+    /// The id at (`ms`, `remainder`); unknown for a millisecond outside `0 .. 2^47`, which no id
+    /// has.
+    #[inline(always)]
+    pub const fn new(ms: i64, remainder: u16) -> Previous {
+        // one unsigned comparison: a negative ms is a huge u64
+        if (ms as u64) < 1 << 47 {
+            Previous(((ms as u64 + 1) << 16) | remainder as u64)
+        } else {
+            Previous::UNKNOWN
+        }
+    }
+
+    /// The id the guard just issued at (`ms`, `remainder`): [`Previous::new`] without its range
+    /// check, for the hot path (`bench/cost_gate.sh` counts it). The guard issues only
+    /// milliseconds of the layout (41 bits), which the check would always pass; a word made from
+    /// anything else could only mislead the wrap rule of the caller's next id, never uniqueness.
+    #[inline(always)]
+    pub const fn issued(ms: i64, remainder: u16) -> Previous {
+        debug_assert!(ms >= 0 && ms <= MAX_MS);
+        Previous(((ms as u64 + 1) << 16) | remainder as u64)
+    }
+
+    /// (ms, remainder), if known.
+    #[inline(always)]
+    pub const fn get(self) -> Option<(i64, u16)> {
+        if self.0 == 0 {
+            None
+        } else {
+            Some(((self.0 >> 16) as i64 - 1, self.0 as u16))
+        }
+    }
+
+    /// The word (for `crate::slot_cache`).
+    pub const fn to_bits(self) -> u64 {
+        self.0
+    }
+
+    /// Back from [`Previous::to_bits`].
+    pub const fn from_bits(bits: u64) -> Previous {
+        Previous(bits)
+    }
 }
 
 /// What [`GuardState::issue`] decided.
@@ -275,11 +321,11 @@ impl GuardState {
         remainder: u16,
         overflow: Overflow,
     ) -> Result<Decision, LayoutError> {
-        self.issue_after(None, now, remainder, overflow)
+        self.issue_after(Previous::UNKNOWN, now, remainder, overflow)
     }
 
     /// [`GuardState::issue`] for a caller that remembers its own previous id from this sequence
-    /// (`previous`; `None`: it does not). Only the wrap rule uses it: a remainder far below the
+    /// (`previous`; [`Previous::UNKNOWN`]: it does not). Only the wrap rule uses it: a remainder far below the
     /// caller's *own* previous one in this millisecond is its sequence wrapping, while a remainder
     /// below another session's is not. Sessions that hold different blocks of a sequence
     /// (`CACHE` above 1) then share a millisecond instead of pushing each other into the next
@@ -288,7 +334,7 @@ impl GuardState {
     #[inline]
     pub fn issue_after(
         &mut self,
-        previous: Option<Previous>,
+        previous: Previous,
         now: i64,
         remainder: u16,
         overflow: Overflow,
@@ -309,12 +355,7 @@ impl GuardState {
     /// is inside the layout. The state changes exactly as [`GuardState::decide`] would change it.
     /// `None`: not the common case, and the guard is left as it was.
     #[inline(always)]
-    fn issue_common(
-        &mut self,
-        now: i64,
-        remainder: u16,
-        previous: Option<Previous>,
-    ) -> Option<i64> {
+    fn issue_common(&mut self, now: i64, remainder: u16, previous: Previous) -> Option<i64> {
         if self.data_floor_request != 0 || !(0..=MAX_MS).contains(&now) || now < self.clock {
             return None;
         }
@@ -337,7 +378,7 @@ impl GuardState {
         &mut self,
         now: i64,
         remainder: u16,
-        previous: Option<Previous>,
+        previous: Previous,
         overflow: Overflow,
     ) -> Result<Decision, LayoutError> {
         debug_assert!(i64::from(remainder) <= MAX_SEQ);
@@ -395,12 +436,20 @@ impl GuardState {
     /// A caller that does not know its previous id is measured against the highest remainder of
     /// the millisecond, whoever took it; small reorderings between concurrent sessions (less than
     /// half the range) do not count.
-    fn wrapped(&self, remainder: u16, previous: Option<Previous>) -> bool {
-        let high = match previous {
-            Some(p) if p.ms < self.ms => return false,
-            Some(p) if p.ms == self.ms => u64::from(p.remainder) + 1,
+    #[inline(always)]
+    fn wrapped(&self, remainder: u16, previous: Previous) -> bool {
+        // On the word itself (`(ms + 1) << 16 | remainder`, 0: unknown), the common case first:
+        // this hot path is counted by bench/cost_gate.sh. Both callers come here only with
+        // `self.ms` at or above a clock reading inside the layout, so `self.ms + 1` is positive.
+        let own_ms = previous.0 >> 16;
+        let high = if own_ms == (self.ms + 1) as u64 {
+            (previous.0 & 0xFFFF) + 1
+        } else if own_ms != 0 && own_ms < (self.ms + 1) as u64 {
+            // its previous id is in an earlier millisecond
+            return false;
+        } else {
             // unknown, or (never left by a floor, which is above every id) ahead of the guard
-            _ => self.high,
+            self.high
         };
         u64::from(remainder) + WRAP_DISTANCE < high
     }
@@ -667,26 +716,52 @@ mod tests {
     /// wrap (1023 to 1024) moves on. (A session that has never drawn, or forgot, is still
     /// measured against the millisecond's highest remainder.)
     #[test]
+    fn a_previous_id_round_trips_through_its_word() {
+        for (ms, r) in [
+            (0, 0),
+            (0, 1023),
+            (1, 5),
+            (MAX_MS, 1023),
+            ((1 << 47) - 1, 7),
+        ] {
+            let p = Previous::new(ms, r);
+            assert_eq!(p.get(), Some((ms, r)), "{ms} {r}");
+            assert_eq!(Previous::from_bits(p.to_bits()), p);
+            if ms <= MAX_MS {
+                assert_eq!(Previous::issued(ms, r), p);
+            }
+        }
+        assert_eq!(Previous::UNKNOWN.get(), None);
+        assert_eq!(
+            Previous::new(-1, 3),
+            Previous::UNKNOWN,
+            "no id is before the epoch"
+        );
+        assert_eq!(Previous::new(1 << 47, 3), Previous::UNKNOWN);
+    }
+
+    #[test]
     fn sessions_on_both_sides_of_a_wrap_share_the_millisecond() {
         let run = |remember: bool| {
             let mut g = GuardState::new();
             // both sessions drew before, in an earlier millisecond
-            let earlier = Some(Previous {
-                ms: 6,
-                remainder: 0,
-            });
+            let earlier = Previous::new(6, 0);
             let mut previous = [earlier; 2];
             let mut ids = Vec::new();
             for i in 0..32i64 {
                 for (session, value) in [(0usize, 993 + i), (1, 1025 + i)] {
                     let remainder = (value % SEQ_VALUES) as u16;
-                    let known = if remember { previous[session] } else { None };
+                    let known = if remember {
+                        previous[session]
+                    } else {
+                        Previous::UNKNOWN
+                    };
                     let ms = ms_of(
                         g.issue_after(known, 7, remainder, Overflow::Borrow)
                             .unwrap(),
                     )
                     .unwrap();
-                    previous[session] = Some(Previous { ms, remainder });
+                    previous[session] = Previous::new(ms, remainder);
                     ids.push((session, ms, remainder));
                 }
             }
@@ -799,12 +874,11 @@ mod tests {
     }
 
     impl Step {
-        fn previous(&self, g: &GuardState) -> Option<Previous> {
-            let (offset, remainder) = self.previous?;
-            Some(Previous {
-                ms: g.last_ms()?.saturating_add(offset),
-                remainder,
-            })
+        fn previous(&self, g: &GuardState) -> Previous {
+            match (self.previous, g.last_ms()) {
+                (Some((offset, remainder)), Some(ms)) => Previous::new(ms + offset, remainder),
+                _ => Previous::UNKNOWN,
+            }
         }
     }
 
@@ -1065,7 +1139,7 @@ mod tests {
             let mut next_block = 0i64;
             // per session: next value, end of block, previous (value, ms, remainder) remembered
             let mut held: Vec<(i64, i64)> = vec![(0, 0); sessions];
-            let mut previous: Vec<Option<(i64, Previous)>> = vec![None; sessions];
+            let mut previous: Vec<Option<(i64, i64, u16)>> = vec![None; sessions];
             let mut seen = HashSet::new();
             let mut last_ms = i64::MIN;
             for (who, tick, forget) in schedule {
@@ -1081,7 +1155,7 @@ mod tests {
                 if forget == 0 {
                     previous[s] = None;
                 }
-                let known = previous[s].map(|(_, p)| p);
+                let known = previous[s].map_or(Previous::UNKNOWN, |(_, ms, r)| Previous::new(ms, r));
                 let ms = loop {
                     match ms_of(g.issue_after(known, clock, remainder, overflow).unwrap()) {
                         Some(ms) => break ms,
@@ -1090,14 +1164,14 @@ mod tests {
                 };
                 prop_assert!(seen.insert((ms, remainder)), "repeat of ({}, {})", ms, remainder);
                 prop_assert!(ms >= last_ms, "millisecond went back");
-                if let Some((before, p)) = previous[s] {
+                if let Some((before, p_ms, p_r)) = previous[s] {
                     if value - before <= SEQ_VALUES / 2 {
-                        prop_assert!((ms, remainder) > (p.ms, p.remainder),
-                            "session {}: ({}, {}) after {:?}", s, ms, remainder, p);
+                        prop_assert!((ms, remainder) > (p_ms, p_r),
+                            "session {}: ({}, {}) after ({}, {})", s, ms, remainder, p_ms, p_r);
                     }
                 }
                 last_ms = ms;
-                previous[s] = Some((value, Previous { ms, remainder }));
+                previous[s] = Some((value, ms, remainder));
             }
         }
 

@@ -23,17 +23,22 @@ pub const CACHE_ENTRIES: usize = 256;
 pub struct Entry {
     /// The slot that held it.
     pub slot: usize,
-    /// The last id it took from it, if remembered.
-    pub previous: Option<Previous>,
+    /// The last id it took from it, or [`Previous::UNKNOWN`].
+    pub previous: Previous,
 }
 
 /// See the module documentation.
 pub struct SlotCache {
+    entries: [Remembered; CACHE_ENTRIES],
+}
+
+/// One entry, its words side by side (one cache line to read and write).
+struct Remembered {
     /// 0: empty (never a slot key).
-    keys: [AtomicU64; CACHE_ENTRIES],
-    slots: [AtomicU32; CACHE_ENTRIES],
-    /// [`pack`]ed previous ids; 0: none.
-    previous: [AtomicU64; CACHE_ENTRIES],
+    key: AtomicU64,
+    /// [`Previous::to_bits`].
+    previous: AtomicU64,
+    slot: AtomicU32,
 }
 
 impl Default for SlotCache {
@@ -42,30 +47,16 @@ impl Default for SlotCache {
     }
 }
 
-/// A previous id in one word: `(ms + 1) << 16 | remainder`, 0 for none (and for a millisecond
-/// outside `0 .. 2^47`, which no id has).
-fn pack(previous: Option<Previous>) -> u64 {
-    match previous {
-        Some(p) if (0..1 << 47).contains(&p.ms) => {
-            ((p.ms as u64 + 1) << 16) | u64::from(p.remainder)
-        }
-        _ => 0,
-    }
-}
-
-fn unpack(word: u64) -> Option<Previous> {
-    (word != 0).then(|| Previous {
-        ms: (word >> 16) as i64 - 1,
-        remainder: word as u16,
-    })
-}
-
 impl SlotCache {
     pub const fn new() -> Self {
         SlotCache {
-            keys: [const { AtomicU64::new(0) }; CACHE_ENTRIES],
-            slots: [const { AtomicU32::new(0) }; CACHE_ENTRIES],
-            previous: [const { AtomicU64::new(0) }; CACHE_ENTRIES],
+            entries: [const {
+                Remembered {
+                    key: AtomicU64::new(0),
+                    previous: AtomicU64::new(0),
+                    slot: AtomicU32::new(0),
+                }
+            }; CACHE_ENTRIES],
         }
     }
 
@@ -77,22 +68,32 @@ impl SlotCache {
     /// What was last remembered for `key`, if its entry still holds it.
     #[inline(always)]
     pub fn get(&self, key: SlotKey) -> Option<Entry> {
-        let entry = Self::entry(key);
-        (self.keys[entry].load(Ordering::Relaxed) == key).then(|| Entry {
-            slot: self.slots[entry].load(Ordering::Relaxed) as usize,
-            previous: unpack(self.previous[entry].load(Ordering::Relaxed)),
+        let e = &self.entries[Self::entry(key)];
+        (e.key.load(Ordering::Relaxed) == key).then(|| Entry {
+            slot: e.slot.load(Ordering::Relaxed) as usize,
+            previous: Previous::from_bits(e.previous.load(Ordering::Relaxed)),
         })
+    }
+
+    /// Remembers `previous` as the last id taken from `key`, whose entry [`SlotCache::get`] just
+    /// found (if another key took the entry since, the hint only misleads the wrap rule of that
+    /// key's next id, never uniqueness; a backend is one thread, so it does not happen).
+    #[inline(always)]
+    pub fn set_previous(&self, key: SlotKey, previous: Previous) {
+        self.entries[Self::entry(key)]
+            .previous
+            .store(previous.to_bits(), Ordering::Relaxed);
     }
 
     /// Remembers that `key` is in slot `slot` and that the last id taken from it is `previous`
     /// (replacing whatever its entry held).
-    #[inline]
-    pub fn put(&self, key: SlotKey, slot: usize, previous: Option<Previous>) {
-        let entry = Self::entry(key);
+    #[inline(always)]
+    pub fn put(&self, key: SlotKey, slot: usize, previous: Previous) {
+        let e = &self.entries[Self::entry(key)];
         let slot = u32::try_from(slot).expect("slot indexes fit in 32 bits");
-        self.slots[entry].store(slot, Ordering::Relaxed);
-        self.previous[entry].store(pack(previous), Ordering::Relaxed);
-        self.keys[entry].store(key, Ordering::Relaxed);
+        e.slot.store(slot, Ordering::Relaxed);
+        e.previous.store(previous.to_bits(), Ordering::Relaxed);
+        e.key.store(key, Ordering::Relaxed);
     }
 }
 
@@ -106,22 +107,19 @@ mod tests {
         let cache = SlotCache::new();
         let a = slot_key(1, 100);
         assert_eq!(cache.get(a), None);
-        let previous = Some(Previous {
-            ms: 3,
-            remainder: 1023,
-        });
+        let previous = Previous::new(3, 1023);
         cache.put(a, 7, previous);
         assert_eq!(cache.get(a), Some(Entry { slot: 7, previous }));
         let b = (1..)
             .map(|o| slot_key(1, o))
             .find(|&k| k != a && SlotCache::entry(k) == SlotCache::entry(a))
             .unwrap();
-        cache.put(b, 9, None);
+        cache.put(b, 9, Previous::UNKNOWN);
         assert_eq!(
             cache.get(b),
             Some(Entry {
                 slot: 9,
-                previous: None
+                previous: Previous::UNKNOWN
             }),
             "b's entry carries none of a's previous id"
         );
@@ -129,29 +127,16 @@ mod tests {
     }
 
     #[test]
-    fn previous_ids_round_trip_through_one_word() {
-        for (ms, remainder) in [(0, 0), (0, 1023), (1, 5), (crate::layout::MAX_MS, 1023)] {
-            let p = Some(Previous { ms, remainder });
-            assert_eq!(unpack(pack(p)), p, "{ms} {remainder}");
-        }
-        assert_eq!(unpack(pack(None)), None);
-        assert_eq!(
-            pack(Some(Previous {
-                ms: -1,
-                remainder: 3
-            })),
-            0,
-            "no id is before the epoch: remembered as none"
-        );
-    }
-
-    #[test]
     fn a_million_sequences_leave_it_the_same_size_and_the_recent_ones_found() {
         let cache = SlotCache::new();
         for n in 0..1_000_000u32 {
-            cache.put(slot_key(5, 16_384 + n), n as usize % 8192, None);
+            cache.put(
+                slot_key(5, 16_384 + n),
+                n as usize % 8192,
+                Previous::UNKNOWN,
+            );
         }
-        assert_eq!(std::mem::size_of::<SlotCache>(), CACHE_ENTRIES * 20);
+        assert_eq!(std::mem::size_of::<SlotCache>(), CACHE_ENTRIES * 24);
         let last = slot_key(5, 16_384 + 999_999);
         assert_eq!(cache.get(last).map(|e| e.slot), Some(999_999 % 8192));
         let remembered = (0..1_000_000u32)

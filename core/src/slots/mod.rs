@@ -229,7 +229,7 @@ impl SlotTable {
         cached: Option<usize>,
         key: SlotKey,
         remainder: u16,
-        previous: Option<Previous>,
+        previous: Previous,
         overflow: Overflow,
         clock: impl FnOnce() -> i64,
     ) -> (usize, Result<Decision, LayoutError>) {
@@ -255,7 +255,7 @@ impl SlotTable {
         &self,
         key: SlotKey,
         remainder: u16,
-        previous: Option<Previous>,
+        previous: Previous,
         overflow: Overflow,
         clock: impl FnOnce() -> i64,
     ) -> (usize, Result<Decision, LayoutError>) {
@@ -285,7 +285,7 @@ impl SlotTable {
     fn run_guard(
         slot: &Slot,
         remainder: u16,
-        previous: Option<Previous>,
+        previous: Previous,
         overflow: Overflow,
         clock: impl FnOnce() -> i64,
     ) -> Result<Decision, LayoutError> {
