@@ -107,7 +107,7 @@ for label, name in (("`nextval('s')`", 'nextval'), ("pgEdge `snowflake.nextval('
     f = {'nextval': 'nextval_oid', 'pgedge': 'snowflake_nextval', 'shard': 'next_shard_id_wrapper'}[name]
     print(f'| {label} | {per_id(name + "-1"):,.1f} | {per_id(name + "-32"):,.1f} | {per_id(name + "-1024"):,.1f} | '
           f'{steady(name + "-1-2", f):,.1f} | {steady(name + "-1024-2", f):,.1f} |')
-print('\nThe first two columns are cost_gate\'s way (marginal); the last two divide the inclusive count of '
+print('\nThe first three columns are cost_gate\'s way (marginal); the last two divide the inclusive count of '
       'the generator\'s calls from its busiest caller (all but the backend\'s first call) in the '
       f'{2*n}-id run by their number.')
 for c in ('1', '32', '1024'):
