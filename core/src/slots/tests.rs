@@ -24,7 +24,7 @@ fn ask(
 
 /// Issues one id for `key` at clock `now` (borrow) and returns its millisecond.
 fn issue_now(t: &SlotTable, key: SlotKey, r: u16, now: i64) -> i64 {
-    match ask(&t, None, key, r, Overflow::Borrow, || now).1.unwrap() {
+    match ask(t, None, key, r, Overflow::Borrow, || now).1.unwrap() {
         Decision::Issue { ms, .. } => ms,
         wait => panic!("borrow never waits here: {wait:?}"),
     }
@@ -44,10 +44,10 @@ fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
     let t = owned.table();
     t.ask_for_data_floors();
     let key = slot_key(1, 100);
-    let (index, d) = ask(&t, None, key, 0, Overflow::Wait, || 50);
+    let (index, d) = ask(t, None, key, 0, Overflow::Wait, || 50);
     let request = floor_request(d);
     assert_eq!(
-        floor_request(ask(&t, Some(index), key, 0, Overflow::Wait, || 50).1),
+        floor_request(ask(t, Some(index), key, 0, Overflow::Wait, || 50).1),
         request,
         "asked again, the same request"
     );
@@ -58,7 +58,7 @@ fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
     let again = t.forget_data_floor(key).unwrap();
     assert_ne!(again, request);
     assert_eq!(
-        floor_request(ask(&t, Some(index), key, 1, Overflow::Wait, || 50).1),
+        floor_request(ask(t, Some(index), key, 1, Overflow::Wait, || 50).1),
         again
     );
     t.settle_data_floor(key, again, None);
@@ -70,13 +70,12 @@ fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
     // every other key of the window evicts it; coming back, it asks again
     for seq in 0..WINDOW_SLOTS as u32 {
         let other = slot_key(2, 1_000 + seq);
-        if let Decision::ReadDataFloor(r) =
-            ask(&t, None, other, 0, Overflow::Wait, || 60).1.unwrap()
+        if let Decision::ReadDataFloor(r) = ask(t, None, other, 0, Overflow::Wait, || 60).1.unwrap()
         {
             t.settle_data_floor(other, r, None);
         }
     }
-    let (_, d) = ask(&t, None, key, 2, Overflow::Wait, || 60);
+    let (_, d) = ask(t, None, key, 2, Overflow::Wait, || 60);
     let reclaimed = floor_request(d);
     assert!(reclaimed != request && reclaimed != again);
     t.settle_data_floor(key, reclaimed, None);
@@ -100,7 +99,7 @@ fn a_read_begun_before_a_resync_does_not_settle_the_guard_it_made_wait() {
     t.ask_for_data_floors();
     let key = slot_key(1, 100);
     // backend A's first id: it is told to read, and reads the rows before the load commits
-    let a = floor_request(ask(&t, None, key, 0, Overflow::Wait, || 50).1);
+    let a = floor_request(ask(t, None, key, 0, Overflow::Wait, || 50).1);
     let stale = Some(2_001);
     // the load commits rows up to 9_000 ms; shard_id_resync() makes the guard wait, and reads
     let resync = t.forget_data_floor(key).unwrap();
@@ -119,18 +118,18 @@ fn a_read_begun_before_the_slot_was_given_away_does_not_settle_its_next_guard() 
     let t = owned.table();
     t.ask_for_data_floors();
     let key = slot_key(1, 100);
-    let a = floor_request(ask(&t, None, key, 0, Overflow::Wait, || 50).1);
+    let a = floor_request(ask(t, None, key, 0, Overflow::Wait, || 50).1);
     for seq in 0..WINDOW_SLOTS as u32 {
         let other = slot_key(2, 1_000 + seq);
         // used later than A's key (at 60): A's slot is the least recently used
-        let r = floor_request(ask(&t, None, other, 0, Overflow::Wait, || 60).1);
+        let r = floor_request(ask(t, None, other, 0, Overflow::Wait, || 60).1);
         t.settle_data_floor(other, r, None);
     }
-    let b = floor_request(ask(&t, None, key, 0, Overflow::Wait, || 60).1);
+    let b = floor_request(ask(t, None, key, 0, Overflow::Wait, || 60).1);
     assert_ne!(a, b);
     t.settle_data_floor(key, a, Some(2_001));
     assert_eq!(
-        floor_request(ask(&t, None, key, 0, Overflow::Wait, || 60).1),
+        floor_request(ask(t, None, key, 0, Overflow::Wait, || 60).1),
         b
     );
     t.settle_data_floor(key, b, Some(9_001));
@@ -151,9 +150,9 @@ fn one_key_one_slot_and_separate_guards_per_key() {
     let owned = OwnedSlotTable::new(4);
     let t = owned.table();
     let (a, b) = (slot_key(1, 100), slot_key(1, 101));
-    let (ia, _) = ask(&t, None, a, 5, Overflow::Borrow, || 10);
-    let (ia2, _) = ask(&t, None, a, 6, Overflow::Borrow, || 10);
-    let (ib, _) = ask(&t, Some(ia), b, 5, Overflow::Borrow, || 10);
+    let (ia, _) = ask(t, None, a, 5, Overflow::Borrow, || 10);
+    let (ia2, _) = ask(t, None, a, 6, Overflow::Borrow, || 10);
+    let (ib, _) = ask(t, Some(ia), b, 5, Overflow::Borrow, || 10);
     assert_eq!(ia, ia2);
     assert_ne!(ia, ib, "a cached index of another key is not used");
     assert_eq!(t.in_use(), 2);
@@ -234,7 +233,7 @@ fn a_key_lives_in_its_window_and_a_full_window_evicts_within_it() {
     assert_eq!(t.in_use(), WINDOW_SLOTS);
     assert_eq!(t.evictions(), 0);
     let window: HashSet<usize> = t.window(first).collect();
-    let (index, _) = ask(&t, None, same[WINDOW_SLOTS], 0, Overflow::Borrow, || 5_000);
+    let (index, _) = ask(t, None, same[WINDOW_SLOTS], 0, Overflow::Borrow, || 5_000);
     assert!(window.contains(&index), "claimed inside its window");
     assert_eq!(
         t.evictions(),
@@ -272,7 +271,7 @@ proptest! {
         for (sequence, r, tick) in draws {
             now += tick;
             let key = slot_key(7, sequence);
-            let (index, d) = ask(&t, cached.get(&key).copied(), key, r, Overflow::Borrow, || now);
+            let (index, d) = ask(t, cached.get(&key).copied(), key, r, Overflow::Borrow, || now);
             cached.insert(key, index);
             let Decision::Issue { ms, .. } = d.unwrap() else { panic!("borrow waited") };
             prop_assert!(seen.insert((key, ms, r)), "{key} issued ({ms}, {r}) twice");
@@ -289,11 +288,11 @@ fn a_cached_index_of_an_evicted_key_is_not_used_for_it() {
     let owned = OwnedSlotTable::new(1);
     let t = owned.table();
     let (a, b) = (slot_key(1, 1), slot_key(1, 2));
-    let (ia, _) = ask(&t, None, a, 3, Overflow::Wait, || 50);
-    let (ib, _) = ask(&t, None, b, 3, Overflow::Wait, || 60);
+    let (ia, _) = ask(t, None, a, 3, Overflow::Wait, || 50);
+    let (ib, _) = ask(t, None, b, 3, Overflow::Wait, || 60);
     assert_eq!(ia, ib, "one slot: b took a's");
     // a's caller still has the index cached: the slot is b's now, so a is claimed again
-    let (_, d) = ask(&t, Some(ia), a, 3, Overflow::Wait, || 70);
+    let (_, d) = ask(t, Some(ia), a, 3, Overflow::Wait, || 70);
     assert_eq!(
         d.unwrap(),
         Decision::Issue {
@@ -318,7 +317,7 @@ fn statistics_count_per_sequence_and_reset() {
     // a: remainder 5 three times at clock 100 under wait: 100, then 101 (moved on), then wait
     let mut decisions = Vec::new();
     for _ in 0..3 {
-        decisions.push(ask(&t, None, a, 5, Overflow::Wait, || 100).1.unwrap());
+        decisions.push(ask(t, None, a, 5, Overflow::Wait, || 100).1.unwrap());
     }
     assert!(matches!(decisions[2], Decision::WaitUntilPast(100)));
     issue_now(t, b, 1, 200);
@@ -417,8 +416,7 @@ fn concurrent_backends_never_repeat_while_others_churn_the_table() {
                     while !stop.load(Ordering::Relaxed) {
                         n += 1;
                         let k = slot_key(9, 1 + thread * 1_000_000 + n);
-                        let (_, d) =
-                            ask(&t, None, k, 0, overflow, || clock.load(Ordering::Relaxed));
+                        let (_, d) = ask(t, None, k, 0, overflow, || clock.load(Ordering::Relaxed));
                         if let Decision::ReadDataFloor(r) = d.unwrap() {
                             t.settle_data_floor(k, r, None);
                         }
@@ -446,7 +444,7 @@ fn concurrent_backends_never_repeat_while_others_churn_the_table() {
                             clock.fetch_add(1, Ordering::Relaxed);
                         }
                         let ms = loop {
-                            let (index, d) = ask(&t, cached, key, r, overflow, || {
+                            let (index, d) = ask(t, cached, key, r, overflow, || {
                                 clock.load(Ordering::Relaxed)
                             });
                             cached = Some(index);
