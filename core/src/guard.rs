@@ -20,9 +20,11 @@
 //! * the clock moved past the guard's millisecond: start a fresh millisecond;
 //! * the remainder is free in the guard's millisecond: take it (even if that millisecond is ahead
 //!   of the clock);
-//! * it is taken, or the sequence wrapped around (the remainder fell far below the highest one of
-//!   the millisecond; moving on then makes one stream of `nextval` values give strictly increasing
-//!   ids): move on to the next millisecond if that is at most the policy's lead ahead of the
+//! * it is taken, or the caller's sequence wrapped around (the remainder fell 512 or more below
+//!   the caller's own previous id in this millisecond, or, when the caller does not know its
+//!   previous id, below the highest one of the millisecond; moving on then makes one session's
+//!   stream of `nextval` values give strictly increasing ids, see [`GuardState::issue_after`]):
+//!   move on to the next millisecond if that is at most the policy's lead ahead of the
 //!   clock ([`Overflow::Wait`]: 1 ms, [`Overflow::Borrow`]: [`MAX_LEAD_MS`]), and otherwise tell
 //!   the caller to wait until the clock gets close enough;
 //! * except while *recovering*: after the clock stepped back (or after a restart, or an eviction,
@@ -158,8 +160,9 @@ impl FloorRequest {
 const BITS_PER_WORD: usize = u64::BITS as usize;
 /// Words of the per-millisecond bit set: one bit per remainder.
 const WORDS: usize = (SEQ_VALUES as usize).div_ceil(BITS_PER_WORD);
-/// A remainder this far below the highest one issued in the millisecond means the sequence
-/// wrapped around; smaller gaps are reorderings between concurrent sessions.
+/// A remainder this far below the caller's own previous one in the millisecond (or, unknown, the
+/// highest one issued in it) means the caller's sequence wrapped around; smaller gaps are
+/// reorderings (a descending sequence, concurrent sessions).
 const WRAP_DISTANCE: u64 = SEQ_VALUES as u64 / 2;
 const NEVER: i64 = i64::MIN;
 // Remainders travel as u16.
@@ -174,9 +177,11 @@ pub struct Counts {
     /// Ids issued.
     pub ids: u64,
     /// Times the guard moved on to the next millisecond before the clock did, because the id's
-    /// remainder was taken there or the sequence wrapped past a multiple of 1024: milliseconds the
-    /// sequence used up. A sequence drawing faster than a few ids per ms wraps once per 1024 ids,
-    /// so per second this is about ids/ms / 1024 x 1000: the share of the layout's cap in use.
+    /// remainder was taken there or a session's values passed a multiple of 1024: milliseconds the
+    /// sequence used up. A sequence drawing faster than a few ids per ms wraps once per 1024 ids
+    /// (with `CACHE` above 1, up to once per session and 1024 ids, since each session passes the
+    /// multiple by itself), so at `CACHE 1` this is about ids/ms / 1024 x 1000 per second: the
+    /// share of the layout's cap in use.
     pub exhausted_ms: u64,
     /// Times a caller was told to wait for the clock.
     pub waits: u64,
@@ -708,13 +713,6 @@ mod tests {
         assert_eq!(issued(&mut g, 9, 3, Overflow::Wait), 10);
     }
 
-    /// Two sessions holding blocks of a `CACHE 32` sequence on both sides of a multiple of 1024
-    /// (one at 993..1024, the other at 1025..1056), drawing in turn within one clock
-    /// millisecond. Measured against the millisecond's highest remainder, each turn looked like
-    /// a wrap and pushed the other into the next millisecond (issue 40's waits at CACHE 32);
-    /// against each session's own previous id, they share it, and only the first session's own
-    /// wrap (1023 to 1024) moves on. (A session that has never drawn, or forgot, is still
-    /// measured against the millisecond's highest remainder.)
     #[test]
     fn a_previous_id_round_trips_through_its_word() {
         for (ms, r) in [
@@ -740,6 +738,13 @@ mod tests {
         assert_eq!(Previous::new(1 << 47, 3), Previous::UNKNOWN);
     }
 
+    /// Two sessions holding blocks of a `CACHE 32` sequence on both sides of a multiple of 1024
+    /// (one at 993..1024, the other at 1025..1056), drawing in turn within one clock
+    /// millisecond. Measured against the millisecond's highest remainder, each turn looked like
+    /// a wrap and pushed the other into the next millisecond (issue 40's waits at CACHE 32);
+    /// against each session's own previous id, they share it, and only the first session's own
+    /// wrap (1023 to 1024) moves on. (A session that has never drawn, or forgot, is still
+    /// measured against the millisecond's highest remainder.)
     #[test]
     fn sessions_on_both_sides_of_a_wrap_share_the_millisecond() {
         let run = |remember: bool| {
@@ -899,16 +904,23 @@ mod tests {
     }
 
     /// Ids of one stream of `nextval` values with `INCREMENT increment`, drawn as fast as the
-    /// guard allows (`wait`; the clock ticks only when asked to wait): (ms, remainder) pairs.
-    fn stream(increment: i64, start: i64, count: usize) -> Vec<(i64, u16)> {
+    /// guard allows (`wait`; the clock ticks only when asked to wait): (ms, remainder) pairs. The
+    /// drawing session passes its previous id if it `remember`s it (as sessions do), or not.
+    fn stream(increment: i64, start: i64, count: usize, remember: bool) -> Vec<(i64, u16)> {
         let mut g = GuardState::new();
         let mut clock = 1_000_000i64;
+        let mut previous = Previous::UNKNOWN;
         (0..count as i64)
             .map(|i| {
                 let r = crate::layout::seq_field(start + i * increment) as u16;
                 loop {
-                    match g.issue(clock, r, Overflow::Wait).unwrap() {
-                        Decision::Issue { ms, .. } => break (ms, r),
+                    match g.issue_after(previous, clock, r, Overflow::Wait).unwrap() {
+                        Decision::Issue { ms, .. } => {
+                            if remember {
+                                previous = Previous::issued(ms, r);
+                            }
+                            break (ms, r);
+                        }
                         Decision::WaitUntilPast(_) => clock += 1,
                         Decision::ReadDataFloor(_) => unreachable!("a new guard waits for no data"),
                     }
@@ -937,8 +949,11 @@ mod tests {
         for increment in [
             1i64, 2, 7, 511, 512, 513, 600, 1000, 1023, 1024, 3072, -1, -2, -513, -1024,
         ] {
-            for start in [0i64, 5, 1023, -77, 1 << 40] {
-                let ids = stream(increment, start, 5_000);
+            for (start, remember) in [0i64, 5, 1023, -77, 1 << 40]
+                .into_iter()
+                .flat_map(|start| [(start, false), (start, true)])
+            {
+                let ids = stream(increment, start, 5_000, remember);
                 let unique: HashSet<_> = ids.iter().collect();
                 assert_eq!(
                     unique.len(),
@@ -966,22 +981,28 @@ mod tests {
                 }
             }
         }
-        assert_eq!(per_ms(&stream(1, 0, 5_000)), 1024);
-        // Descending: the wrap rule sees the remainders fall below 512 under the highest, so the
-        // first millisecond may close after 512; from then on each holds 511..0 then 1023..512.
-        assert_eq!(per_ms(&stream(-1, 0, 5_000)), 1024);
-        let ms_used = |ids: &[(i64, u16)]| ids.last().unwrap().0 - ids[0].0 + 1;
-        assert!(ms_used(&stream(-1, 1023, 10_240)) <= ms_used(&stream(1, 0, 10_240)) + 1);
-        assert_eq!(
-            per_ms(&stream(2, 0, 5_000)),
-            512,
-            "INCREMENT 2: 512 remainders"
-        );
-        assert_eq!(
-            per_ms(&stream(1024, 0, 5_000)),
-            1,
-            "INCREMENT 1024: one remainder"
-        );
+        for remember in [false, true] {
+            assert_eq!(per_ms(&stream(1, 0, 5_000, remember)), 1024);
+            // Descending: a millisecond holds 1024 consecutive values counting down (unknown
+            // previous ids: the first millisecond may close after 512, measured against the
+            // highest remainder; then each holds 511..0 then 1023..512).
+            assert_eq!(per_ms(&stream(-1, 0, 5_000, remember)), 1024);
+            let ms_used = |ids: &[(i64, u16)]| ids.last().unwrap().0 - ids[0].0 + 1;
+            assert!(
+                ms_used(&stream(-1, 1023, 10_240, remember))
+                    <= ms_used(&stream(1, 0, 10_240, remember)) + 1
+            );
+            assert_eq!(
+                per_ms(&stream(2, 0, 5_000, remember)),
+                512,
+                "INCREMENT 2: 512 remainders"
+            );
+            assert_eq!(
+                per_ms(&stream(1024, 0, 5_000, remember)),
+                1,
+                "INCREMENT 1024: one remainder"
+            );
+        }
     }
 
     /// A guard to start a schedule from: new, above a floor, waiting for its data floor, or at the

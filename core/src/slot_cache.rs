@@ -32,7 +32,9 @@ pub struct SlotCache {
     entries: [Remembered; CACHE_ENTRIES],
 }
 
-/// One entry, its words side by side (one cache line to read and write).
+/// One entry, its words side by side: 32 bytes at a multiple of 32, so that an entry never
+/// straddles two cache lines (one line to read and write per id).
+#[repr(C, align(32))]
 struct Remembered {
     /// 0: empty (never a slot key).
     key: AtomicU64,
@@ -136,7 +138,8 @@ mod tests {
                 Previous::UNKNOWN,
             );
         }
-        assert_eq!(std::mem::size_of::<SlotCache>(), CACHE_ENTRIES * 24);
+        assert_eq!(std::mem::size_of::<SlotCache>(), CACHE_ENTRIES * 32);
+        assert_eq!(std::mem::align_of::<SlotCache>(), 32);
         let last = slot_key(5, 16_384 + 999_999);
         assert_eq!(cache.get(last).map(|e| e.slot), Some(999_999 % 8192));
         let remembered = (0..1_000_000u32)
