@@ -61,8 +61,10 @@ done
 as_pg "$PG_BIN/pg_ctl" -D "$dir/data" -m fast -w stop >/dev/null
 for t in t_shard t_serial t_ident t_naive_c; do
     for n in "$N" $((2 * N)); do
-        callgrind_annotate --threshold=100 "$dir/cg/cg.$(tr -d ' \n' <"$dir/$t-$n.pid")" \
-            >"$dir/$t-$n.annotate" 2>/dev/null
+        profile="$dir/cg/cg.$(tr -d ' \n' <"$dir/$t-$n.pid")"
+        callgrind_annotate --threshold=100 "$profile" >"$dir/$t-$n.annotate" 2>/dev/null
+        callgrind_annotate --inclusive=yes --threshold=100 "$profile" \
+            >"$dir/$t-$n.inclusive" 2>/dev/null
     done
 done
 python3 - "$dir" "$N" "$TOP" <<'EOF'
@@ -74,9 +76,9 @@ def totals(t, k):
     events = next(l.split()[1:] for l in lines if l.startswith("events:"))
     summary = next(l.split()[1:] for l in lines if l.startswith(("summary:", "totals:")))
     return dict(zip(events, map(int, summary)))
-def functions(t, k):
+def functions(t, k, kind="annotate"):
     p, started = {}, False
-    for l in open(f"{d}/{t}-{k}.annotate"):
+    for l in open(f"{d}/{t}-{k}.{kind}"):
         if "file:function" in l:
             started = True
             continue
@@ -103,4 +105,27 @@ print("|---|---:|---:|---:|")
 for f in keys[:top]:
     print(f"| `{f}` | {s.get(f, 0):,.1f} | {marginal['t_shard'].get(f, 0) - s.get(f, 0):+,.1f} | "
           f"{marginal['t_naive_c'].get(f, 0) - s.get(f, 0):+,.1f} |")
+# The same inserts by phase, inclusive (a function with everything it calls): unlike the totals
+# above, which move by some hundreds of instructions between backends (a hash table's size, a
+# log line), these repeat, and they say which part of an insert a DEFAULT makes dearer.
+draws = {"t_shard": "next_shard_id_wrapper", "t_serial": "nextval_oid",
+         "t_ident": "ExecEvalNextValueExpr", "t_naive_c": "reference_unguarded_id"}
+phases = [("executor start (the plan's expressions built)", lambda t: "standard_ExecutorStart"),
+          ("of which `fmgr_info` (the function looked up)", lambda t: "fmgr_info"),
+          ("executor run (the row made and stored)", lambda t: "standard_ExecutorRun"),
+          ("of which the DEFAULT's function", lambda t: draws[t]),
+          ("commit", lambda t: "CommitTransactionCommand")]
+inclusive = {}
+for t in tables:
+    fa, fb = functions(t, n, "inclusive"), functions(t, 2 * n, "inclusive")
+    inclusive[t] = {f: (fb.get(f, 0) - fa.get(f, 0)) / n for f in set(fa) | set(fb)}
+print("\nInstructions per INSERT by phase, inclusive (against bigserial's in brackets):\n")
+print("| phase | bigserial | identity | naive C port | next_shard_id |")
+print("|---|---:|---:|---:|---:|")
+for label, name in phases:
+    base = inclusive["t_serial"].get(name("t_serial"), 0)
+    cells = [f"{base:,.0f}"] + [
+        f"{inclusive[t].get(name(t), 0):,.0f} ({inclusive[t].get(name(t), 0) - base:+,.0f})"
+        for t in ("t_ident", "t_naive_c", "t_shard")]
+    print(f"| {label} | " + " | ".join(cells) + " |")
 EOF
