@@ -77,29 +77,38 @@ impl Previous {
     pub const UNKNOWN: Previous = Previous(0);
 
     /// The id at (`ms`, `remainder`); unknown for a millisecond outside `0 .. 2^47`, which no id
-    /// has.
-    #[inline(always)]
+    /// has. For tests, which make previous ids of any kind; the extension only records ids the
+    /// guard issued ([`Previous::issued`]).
+    #[cfg(test)]
     pub const fn new(ms: i64, remainder: u16) -> Previous {
         // one unsigned comparison: a negative ms is a huge u64
         if (ms as u64) < 1 << 47 {
-            Previous(((ms as u64 + 1) << 16) | remainder as u64)
+            Previous(Previous::word(ms, remainder))
         } else {
             Previous::UNKNOWN
         }
     }
 
-    /// The id the guard just issued at (`ms`, `remainder`): [`Previous::new`] without its range
-    /// check, for the hot path (`bench/cost_gate.sh` counts it). The guard issues only
-    /// milliseconds of the layout (41 bits), which the check would always pass; a word made from
-    /// anything else could only mislead the wrap rule of the caller's next id, never uniqueness.
+    /// The id the guard just issued at (`ms`, `remainder`), for the hot path (`bench/cost_gate.sh`
+    /// counts it): no range check, since the guard issues only milliseconds of the layout (41
+    /// bits); a word made from anything else could only mislead the wrap rule of the caller's next
+    /// id, never uniqueness.
     #[inline(always)]
     pub const fn issued(ms: i64, remainder: u16) -> Previous {
         debug_assert!(ms >= 0 && ms <= MAX_MS);
-        Previous(((ms as u64 + 1) << 16) | remainder as u64)
+        Previous(Previous::word(ms, remainder))
     }
 
-    /// (ms, remainder), if known.
+    /// `(ms + 1) << 16 | remainder`: the one packing, which [`GuardState::issue_after`]'s wrap
+    /// rule reads back field by field.
     #[inline(always)]
+    const fn word(ms: i64, remainder: u16) -> u64 {
+        ((ms as u64 + 1) << 16) | remainder as u64
+    }
+
+    /// (ms, remainder), if known. For tests: the wrap rule reads the word itself (one shift
+    /// and compare fewer on a path the cost gate counts).
+    #[cfg(test)]
     pub const fn get(self) -> Option<(i64, u16)> {
         if self.0 == 0 {
             None
