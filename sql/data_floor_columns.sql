@@ -10,13 +10,15 @@
 -- $1: the sequence (NULL: every sequence). One row per column of a leaf relation:
 --   relid, seq (NULL: the DEFAULT names no sequence, it is chosen from text at run time, so the
 --   column counts for every sequence), name, cannot_tell (NULL, or why no index can say what the
---   column holds), index, descending, shard (NULL: not read from the DEFAULT), node_form.
+--   column holds), index, descending, shard (NULL: not read from the DEFAULT), node_form,
+--   owner_may_draw (false: the data floor does not read the column, see below).
 --
 -- A column counts when its default, the column's own DEFAULT or else the nearest DEFAULT of its
 -- domain chain, depends on one of this extension's next_shard_id functions (the dependency that
--- DROP FUNCTION sees, whatever the expression's shape), and the table's owner may draw from the
--- sequence (USAGE or UPDATE on it): a role that may not draw from a sequence cannot move its
--- floor with a table of its own. A DEFAULT that calls a function of the user's own that calls
+-- DROP FUNCTION sees, whatever the expression's shape). The data floor reads it only when the
+-- table's owner may draw from the sequence (USAGE or UPDATE on it): a role that may not draw from
+-- a sequence cannot move its floor with a table of its own; shard_id_check() names such columns
+-- when they hold rows, since new ids can repeat those rows. A DEFAULT that calls a function of the user's own that calls
 -- next_shard_id counts too (one level deep: its SQL-standard body's dependency, or its body's
 -- text), as "cannot tell" for every sequence. What no catalog shows: deeper nesting through
 -- functions with string bodies, and ids stored by explicit calls (README, guarantee 9).
@@ -113,7 +115,12 @@ SELECT DISTINCT l.relid, l.seq,
        -- the shard number of next_shard_id(seq, N), the sequence named or given as text (NULL
        -- for any other shape), and whether it is the node form, next_shard_id(seq)
        (regexp_match(l.deparsed, $re$next_shard_id\((?:'(?:[^']|'')*'|\('(?:[^']|'')*'::text\))::regclass, (\d{1,9})\)$re$))[1]::bigint AS shard,
-       l.deparsed ~ $re$next_shard_id\((?:'(?:[^']|'')*'|\('(?:[^']|'')*'::text\))::regclass\)$re$ AS node_form
+       l.deparsed ~ $re$next_shard_id\((?:'(?:[^']|'')*'|\('(?:[^']|'')*'::text\))::regclass\)$re$ AS node_form,
+       -- whether the table's owner may draw from the sequence: a role that may not cannot move
+       -- its floor with a table of its own (the column is not read; shard_id_check() names it)
+       coalesce(l.seq, $1) IS NULL
+           OR has_sequence_privilege(root.relowner, coalesce(l.seq, $1), 'USAGE, UPDATE') IS NOT FALSE
+           AS owner_may_draw
   FROM tree l
   JOIN pg_class c ON c.oid = l.relid AND c.relkind <> 'p'
   JOIN pg_class root ON root.oid = l.root
@@ -137,6 +144,4 @@ SELECT DISTINCT l.relid, l.seq,
                                  AND o.opcintype = 'int8'::regtype)
        ORDER BY x.indisunique DESC, x.indexrelid
        LIMIT 1) i ON true
- WHERE coalesce(l.seq, $1) IS NULL
-    OR has_sequence_privilege(root.relowner, coalesce(l.seq, $1), 'USAGE, UPDATE') IS NOT FALSE
  ORDER BY name, seq

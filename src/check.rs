@@ -5,7 +5,9 @@
 use crate::data_floor::{self, CannotTell, Newest};
 use crate::errors::relation_name;
 use crate::{clock, mask, scoped, settings, shmem};
-use pg_shard_id_core::health::{self, Finding, Floor, Node, NodeState, Replicated, ShardDefault};
+use pg_shard_id_core::health::{
+    self, Finding, Floor, FloorColumns, Node, NodeState, Replicated, ShardDefault,
+};
 use pg_shard_id_core::layout;
 use pg_shard_id_core::slots::slot_key;
 use pg_shard_id_core::time::format_unix_ms;
@@ -28,7 +30,9 @@ use std::sync::atomic::Ordering;
 /// * `shard_numbers`: one shard number in `next_shard_id(seq, N)` DEFAULTs with two sequences;
 /// * `data_floor`: DEFAULT columns that hold rows without an index on the id (a sequence's first
 ///   id then starts 10 minutes ahead instead of right above the rows), or an id too far ahead to
-///   be a floor (shown only to a caller with SELECT on the table and no row security on it);
+///   be a floor (shown only to a caller with SELECT on the table and no row security on it), or
+///   rows in a table whose owner may not draw from the sequence (not read by the data floor, so
+///   new ids can repeat them);
 /// * `replication`: tables this database receives through an enabled subscription whose newest
 ///   id has a shard number this server's DEFAULTs issue too;
 /// * `publication`: a publication that publishes deletes of `_pg_shard_id.origin` while it has no
@@ -54,7 +58,7 @@ fn shard_id_check() -> TableIterator<
     let epoch = settings::epoch_unix_ms();
     let now = clock::now_unix_ms();
     let shared = shmem::shared_table();
-    let columns = read_columns(epoch, now);
+    let (columns, not_read) = read_columns(epoch, now);
     let node = this_node();
     let defaults = shard_defaults(&columns, node);
     let mut findings = vec![
@@ -69,7 +73,7 @@ fn shard_id_check() -> TableIterator<
             .map_or_else(|skipped| skipped, |recorded| health::epoch(epoch, recorded)),
         newest_against_clock(shared, epoch, now),
         health::shard_numbers(&defaults),
-        data_floor_finding(&columns, shared, epoch, node),
+        data_floor_finding(&columns, &not_read, shared, epoch, node),
         health::replication(enabled_subscriptions(), &replicated(&columns), &defaults),
         without_hanging("publication", publications_refusing_the_origin)
             .map_or_else(|skipped| skipped, |p| health::publication(&p)),
@@ -168,24 +172,38 @@ fn newest_against_clock(
 type Read = (data_floor::Column, Result<Newest, CannotTell>);
 
 /// Every `next_shard_id` DEFAULT column of this database with its newest id, read once for the
-/// `data_floor` and `replication` rows. Never waits: the catalog query takes no lock, and a
-/// table or index locked by another transaction is reported as such, not waited for.
-fn read_columns(epoch: i64, now_unix_ms: i64) -> Vec<Read> {
+/// `data_floor` and `replication` rows; then those the data floor does not read (their table's
+/// owner may not draw from the sequence) that hold rows. Never waits: the catalog query takes no
+/// lock, and a table or index locked by another transaction is reported as such, not waited for.
+fn read_columns(epoch: i64, now_unix_ms: i64) -> (Vec<Read>, Vec<data_floor::Column>) {
     let bound = data_floor::last_id_of(now_unix_ms - epoch + data_floor::PLAUSIBLE_AHEAD_MS);
-    data_floor::columns_of(None)
+    let newest = |column: &data_floor::Column| {
+        // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
+        unsafe { data_floor::newest_in(column, bound) }
+    };
+    let (read, not_read) = data_floor::columns_by_owner(None);
+    let read = read
         .into_iter()
         .map(|column| {
-            // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
-            let newest = unsafe { data_floor::newest_in(&column, bound) };
+            let newest = newest(&column);
             (column, newest)
         })
-        .collect()
+        .collect();
+    let holding_rows = not_read
+        .into_iter()
+        .filter(|column| match newest(column) {
+            Ok(n) => n.plausible.is_some() || n.beyond.is_some(),
+            Err(_) => true, // may hold rows
+        })
+        .collect();
+    (read, holding_rows)
 }
 
 /// The DEFAULT columns that may hold rows whose newest id no index can tell (and why), and those
 /// that hold an id too far ahead to be a floor (`data_floor::PLAUSIBLE_AHEAD_MS`).
 fn data_floor_finding(
     columns: &[Read],
+    not_read: &[data_floor::Column],
     shared: Option<pg_shard_id_core::slots::SlotTable>,
     epoch: i64,
     node: Option<i64>,
@@ -253,7 +271,19 @@ fn data_floor_finding(
         .iter()
         .map(|u| data_floor::describe(std::slice::from_ref(u)))
         .collect();
-    health::data_floor(&unreadable, &implausible, &above)
+    let not_read = not_read
+        .iter()
+        .map(|c| match c.sequence {
+            Some(s) => format!("{} (sequence {})", c.name, relation_name(s)),
+            None => c.name.clone(),
+        })
+        .collect();
+    health::data_floor(&FloorColumns {
+        unreadable,
+        implausible,
+        above,
+        not_read,
+    })
 }
 
 /// Whether the caller may read every row of `relation`: SELECT on the table, and no row security

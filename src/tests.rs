@@ -184,6 +184,33 @@ mod tests {
     }
 
     #[pg_test]
+    fn a_table_whose_owner_may_not_draw_moves_no_floor_and_the_check_names_it() {
+        run("CREATE SEQUENCE public.owner_pg_test");
+        run("CREATE ROLE owner_pg_test_role");
+        run("CREATE SCHEMA owner_pg_test_s AUTHORIZATION owner_pg_test_role");
+        run("SET LOCAL ROLE owner_pg_test_role");
+        run("CREATE TABLE owner_pg_test_s.t (id bigint PRIMARY KEY \
+             DEFAULT next_shard_id('public.owner_pg_test', 4))");
+        run("INSERT INTO owner_pg_test_s.t VALUES (shard_id_compose(now() + interval '30 minutes', 4, 0))");
+        run("RESET ROLE");
+        let first: i64 = one("SELECT next_shard_id('public.owner_pg_test', 4)");
+        assert!(
+            one::<bool>(&format!(
+                "SELECT shard_id_extract_timestamp({first}) < now() + interval '2 s'"
+            )),
+            "a role without USAGE on the sequence does not move its ids"
+        );
+        let detail: String =
+            one("SELECT detail FROM shard_id_check() WHERE \"check\" = 'data_floor'");
+        assert!(
+            detail.contains("owner_pg_test_s.t.id (sequence ")
+                && detail.contains("owner_pg_test) hold rows in a table whose owner may not draw")
+                && detail.contains("GRANT USAGE"),
+            "{detail}"
+        );
+    }
+
+    #[pg_test]
     fn a_sequences_first_id_starts_above_the_rows_stored_in_its_default_columns() {
         run("CREATE SEQUENCE floor_pg_test");
         run("CREATE TABLE floor_pg_test_t (id bigint PRIMARY KEY DEFAULT next_shard_id('floor_pg_test', 3), n int)");

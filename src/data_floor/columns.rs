@@ -81,8 +81,29 @@ impl Column {
 const COLUMNS_SQL: &str = include_str!("../../sql/data_floor_columns.sql");
 
 /// The columns (leaf partitions expanded) whose default calls `next_shard_id` with `sequence`
-/// (`None`: with any sequence), including those whose DEFAULT names no sequence.
+/// (`None`: with any sequence), including those whose DEFAULT names no sequence, in tables whose
+/// owner may draw from the sequence: the columns the data floor reads.
 pub fn columns_of(sequence: Option<pg_sys::Oid>) -> Vec<Column> {
+    columns_by_owner(sequence).0
+}
+
+/// Every column [`columns_of`] would find if the owner's privilege did not matter, split in two:
+/// those whose table's owner may draw from the sequence (USAGE or UPDATE on it), which the data
+/// floor reads, and the others, which it does not (a role that may not draw from a sequence
+/// cannot move its ids with a table of its own), and which `shard_id_check()` names when they
+/// hold rows, since new ids can repeat those.
+pub fn columns_by_owner(sequence: Option<pg_sys::Oid>) -> (Vec<Column>, Vec<Column>) {
+    let (read, not_read): (Vec<_>, Vec<_>) = query(sequence)
+        .into_iter()
+        .partition(|(_, owner_may_draw)| *owner_may_draw);
+    (
+        read.into_iter().map(|(c, _)| c).collect(),
+        not_read.into_iter().map(|(c, _)| c).collect(),
+    )
+}
+
+/// The query's rows: each column, and whether its table's owner may draw from the sequence.
+fn query(sequence: Option<pg_sys::Oid>) -> Vec<(Column, bool)> {
     let sql = CString::new(COLUMNS_SQL).expect("no NUL in the query");
     Spi::connect(|_client| {
         crate::scoped::with_setting(c"search_path", c"pg_catalog, pg_temp", || {
@@ -116,11 +137,11 @@ pub fn columns_of(sequence: Option<pg_sys::Oid>) -> Vec<Column> {
     })
 }
 
-/// The rows of the last SPI query, as [`Column`]s.
+/// The rows of the last SPI query, as [`Column`]s with their `owner_may_draw`.
 ///
 /// # Safety
 /// Right after `SPI_execute_snapshot` of `COLUMNS_SQL` succeeded.
-unsafe fn read_rows() -> Vec<Column> {
+unsafe fn read_rows() -> Vec<(Column, bool)> {
     // SAFETY: the caller's contract: SPI_tuptable holds SPI_processed rows of the query's shape.
     unsafe {
         let table = pg_sys::SPI_tuptable;
@@ -133,19 +154,23 @@ unsafe fn read_rows() -> Vec<Column> {
         let oid = |(d, null): (pg_sys::Datum, bool)| pg_sys::Oid::from_datum(d, null);
         let text = |(d, null): (pg_sys::Datum, bool)| String::from_datum(d, null);
         (0..pg_sys::SPI_processed as usize)
-            .map(|row| Column {
-                relation: oid(get(row, 1)).unwrap_or_default(),
-                sequence: oid(get(row, 2)),
-                name: text(get(row, 3)).unwrap_or_default(),
-                cannot_tell: text(get(row, 4)).map(|code| CannotTell::from_sql(&code)),
-                index: oid(get(row, 5)).map(|index| {
-                    (
-                        index,
-                        bool::from_datum(get(row, 6).0, get(row, 6).1).unwrap_or(false),
-                    )
-                }),
-                shard: i64::from_datum(get(row, 7).0, get(row, 7).1),
-                node_form: bool::from_datum(get(row, 8).0, get(row, 8).1).unwrap_or(false),
+            .map(|row| {
+                let column = Column {
+                    relation: oid(get(row, 1)).unwrap_or_default(),
+                    sequence: oid(get(row, 2)),
+                    name: text(get(row, 3)).unwrap_or_default(),
+                    cannot_tell: text(get(row, 4)).map(|code| CannotTell::from_sql(&code)),
+                    index: oid(get(row, 5)).map(|index| {
+                        (
+                            index,
+                            bool::from_datum(get(row, 6).0, get(row, 6).1).unwrap_or(false),
+                        )
+                    }),
+                    shard: i64::from_datum(get(row, 7).0, get(row, 7).1),
+                    node_form: bool::from_datum(get(row, 8).0, get(row, 8).1).unwrap_or(false),
+                };
+                let owner_may_draw = bool::from_datum(get(row, 9).0, get(row, 9).1).unwrap_or(true);
+                (column, owner_may_draw)
             })
             .collect()
     }

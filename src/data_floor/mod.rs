@@ -51,7 +51,7 @@
 mod columns;
 mod read;
 
-pub use columns::{columns_of, CannotTell, Column};
+pub use columns::{columns_by_owner, columns_of, CannotTell, Column};
 pub use read::{newest_in, remainders_in, Newest};
 
 use crate::errors::relation_name;

@@ -5,15 +5,36 @@
 use super::{finding, Finding, ShardDefault, Status};
 use std::collections::BTreeSet;
 
-/// Columns whose DEFAULT draws from a sequence, that hold rows, and whose newest id no index can
-/// tell (`schema.table.column (why)`); and columns whose newest id is too far ahead of the clock to be
-/// taken as a floor (`column (id)`; the id only for a caller who may read the table).
-///
-/// And `above`: columns holding ids above where their sequence's live guard issues (each a
-/// sentence with the fix): rows loaded after the guard's first id without `shard_id_resync`, or
-/// in a table that was locked at that first id. New ids can reach them: failed.
-pub fn data_floor(unreadable: &[String], implausible: &[String], above: &[String]) -> Finding {
-    if unreadable.is_empty() && implausible.is_empty() && above.is_empty() {
+/// What `shard_id_check()` found in the columns a sequence's ids may be stored in, for its
+/// `data_floor` row.
+#[derive(Debug, Default)]
+pub struct FloorColumns {
+    /// Columns that hold rows and whose newest id no index can tell (`schema.table.column
+    /// (why)`): a first id jumps 10 minutes ahead for them.
+    pub unreadable: Vec<String>,
+    /// Columns whose newest id is too far ahead of the clock to be taken as a floor (`column
+    /// (id)`; the id only for a caller who may read the table).
+    pub implausible: Vec<String>,
+    /// Columns holding ids above where their sequence's live guard issues (each a sentence with
+    /// the fix): rows loaded after the guard's first id without `shard_id_resync`, or in a table
+    /// that was locked at that first id. New ids can reach them: failed.
+    pub above: Vec<String>,
+    /// Columns that hold rows in a table whose owner may not draw from the sequence
+    /// (`column (sequence)`): the data floor does not read them, so that no role moves another
+    /// role's ids with a table of its own, and new ids can repeat their rows.
+    pub not_read: Vec<String>,
+}
+
+/// The `data_floor` row: ok when every list is empty, failed when `above` is not, else a
+/// warning; the detail says what each column needs.
+pub fn data_floor(columns: &FloorColumns) -> Finding {
+    let FloorColumns {
+        unreadable,
+        implausible,
+        above,
+        not_read,
+    } = columns;
+    if unreadable.is_empty() && implausible.is_empty() && above.is_empty() && not_read.is_empty() {
         return finding(
             "data_floor",
             Status::Ok,
@@ -46,6 +67,15 @@ pub fn data_floor(unreadable: &[String], implausible: &[String], above: &[String
              where no unique index stands). Fix: delete or correct those rows, or give the column \
              its own sequence",
             implausible.join(", ")
+        ));
+    }
+    if !not_read.is_empty() {
+        problems.push(format!(
+            "{} hold rows in a table whose owner may not draw from the sequence, so its first id \
+             does not read them (no role moves another role's ids with a table of its own) and \
+             new ids can repeat those rows. Fix: GRANT USAGE ON SEQUENCE to the table's owner, \
+             then SELECT shard_id_resync(seq)",
+            not_read.join(", ")
         ));
     }
     let status = if above.is_empty() {
@@ -159,26 +189,43 @@ mod tests {
 
     #[test]
     fn unreadable_columns_are_named_with_the_fix() {
-        assert_eq!(data_floor(&[], &[], &[]).status, Status::Ok);
-        let f = data_floor(&["public.events.id".to_string()], &[], &[]);
+        assert_eq!(data_floor(&FloorColumns::default()).status, Status::Ok);
+        let f = data_floor(&FloorColumns {
+            unreadable: vec!["public.events.id".to_string()],
+            ..FloorColumns::default()
+        });
         assert_eq!(f.status, Status::Warning);
         assert!(f.detail.contains("public.events.id") && f.detail.contains("CREATE INDEX"));
-        let far = data_floor(&[], &["public.t.id (9223372036854775807)".to_string()], &[]);
+        let far = data_floor(&FloorColumns {
+            implausible: vec!["public.t.id (9223372036854775807)".to_string()],
+            ..FloorColumns::default()
+        });
         assert_eq!(far.status, Status::Warning);
         assert!(
             far.detail.contains("9223372036854775807") && far.detail.contains("delete or correct")
         );
-        let above = data_floor(
-            &["public.u.id (no index)".to_string()],
-            &[],
-            &["public.t.id holds ids up to ...".to_string()],
-        );
+        let above = data_floor(&FloorColumns {
+            unreadable: vec!["public.u.id (no index)".to_string()],
+            above: vec!["public.t.id holds ids up to ...".to_string()],
+            ..FloorColumns::default()
+        });
         assert_eq!(above.status, Status::Failed);
         assert!(above.detail.contains("public.t.id holds ids up to"));
         assert!(
             above.detail.contains("public.u.id (no index)"),
             "and the rest"
         );
+    }
+
+    #[test]
+    fn columns_the_floor_does_not_read_are_named_with_the_fix() {
+        let f = data_floor(&FloorColumns {
+            not_read: vec!["m.t.id (sequence public.s)".to_string()],
+            ..FloorColumns::default()
+        });
+        assert_eq!(f.status, Status::Warning);
+        assert!(f.detail.contains("m.t.id (sequence public.s)"));
+        assert!(f.detail.contains("may not draw") && f.detail.contains("GRANT USAGE"));
     }
 
     #[test]

@@ -10,7 +10,7 @@ mod citus;
 mod copies;
 mod keys;
 pub use citus::{citus, Node, NodeState};
-pub use copies::{data_floor, publication, replication, Replicated};
+pub use copies::{data_floor, publication, replication, FloorColumns, Replicated};
 pub use keys::{mask_keys, KeyFileState};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

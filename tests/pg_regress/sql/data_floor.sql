@@ -163,9 +163,14 @@ INSERT INTO df_m.t VALUES (shard_id_compose(now() + interval '65 minutes', 14, 0
 RESET ROLE;
 INSERT INTO df_victim DEFAULT VALUES;
 SELECT shard_id_extract_timestamp(id) < now() + interval '2 s' AS not_moved FROM df_victim;
+-- but new ids can repeat its rows: shard_id_check() names it, with the fix
+SELECT status, detail ~ 'df_m\.t\.id \(sequence df_victim_s\) hold rows in a table whose owner may not draw' AS named,
+       detail ~ 'GRANT USAGE' AS fix_given
+  FROM shard_id_check() WHERE "check" = 'data_floor';
 -- with USAGE on the sequence, the role's table counts
 GRANT USAGE ON SEQUENCE df_victim_s TO regress_df_mallory;
 SELECT shard_id_resync('df_victim_s') > now() + interval '64 minutes' AS counted_with_usage;
+SELECT detail !~ 'owner may not draw' AS no_longer_named FROM shard_id_check() WHERE "check" = 'data_floor';
 DROP SCHEMA df_m CASCADE;
 DROP TABLE df_victim;
 DROP SEQUENCE df_victim_s;

@@ -25,15 +25,8 @@ SELECT shard_id_extract_timestamp(1, '2011-01-01 00:00:00.0001+00');
 SELECT is_called AS sequence_touched FROM err_seq;
 SELECT count(*) AS rows_written FROM err_t;
 
--- the SQLSTATE of each
-CREATE FUNCTION pg_temp.sqlstate_of(q text) RETURNS text LANGUAGE plpgsql AS $$
-BEGIN
-    EXECUTE q;
-    RETURN 'no error';
-EXCEPTION WHEN others THEN
-    RETURN SQLSTATE;
-END $$;
-SELECT q AS statement, pg_temp.sqlstate_of(q) AS sqlstate FROM (VALUES
+-- the SQLSTATE of each (sqlstate_of: setup.sql)
+SELECT q AS statement, sqlstate_of(q) AS sqlstate FROM (VALUES
     ('SELECT next_shard_id(''err_seq'', 8192)'),
     ('SELECT next_shard_id(''not_a_sequence'', 1)'),
     ('SELECT shard_id_extract_shard(-1)'),
