@@ -193,6 +193,10 @@ def make_scenario(seed):
     path = rng.choice(PATHS)
     if any(t.shape == "temp_other" for t in tables) and (path.startswith("logical") or path == "standby"):
         path = "copy"
+    # a dump of no table would bring no schema (a temporary table is not dumped): copy instead
+    # (seed 2026113231 crashed the fuzzer there)
+    if all(t.shape == "temp_other" for t in tables) and path.startswith("dump"):
+        path = "copy"
     event = rng.choice(EVENTS)
     lock_candidates = [t.name for t in tables if t.shape != "temp_other"]
     # a lead under the jump half the time, so that "jump" columns are held to the promise too
@@ -576,6 +580,12 @@ class Fuzzer:
         with self.dst.connect(db) as conn:
             flagged = conn.execute(
                 "SELECT detail FROM shard_id_check() WHERE \"check\" = 'data_floor'").fetchone()[0]
+            # the last millisecond the sequence's live guard issued, which the check compares
+            # stored ids with (no live guard, say its slot was taken: nothing to compare with)
+            issued = conn.execute(
+                "SELECT max((extract(epoch FROM last_issued) * 1000)::bigint) FROM pg_shard_id_stats "
+                "WHERE sequence_oid = 's'::regclass AND datname = current_database()").fetchone()[0]
+            issued_ms = float("inf") if issued is None else issued
             epoch = conn.execute("SELECT (extract(epoch FROM epoch) * 1000)::bigint "
                                  "FROM pg_shard_id_info()").fetchone()[0]
             all_ids, new_ids, problems = [], [], []
@@ -617,10 +627,13 @@ class Fuzzer:
                 if beyond_jump and t.promise == "jump":
                     continue  # the documented limit: a column that cannot tell, a lead over 10 min
                 if beyond_jump and t.name == locked:
-                    # locked at the first id: cannot tell then; if new ids came below its rows,
-                    # the check must say, once the lock is gone, that stored ids stand above
-                    # where the sequence issues
-                    if any(n <= i for n, _ in new_ids) and "holds ids up to" not in flagged:
+                    # locked at the first id: cannot tell then. Once the lock is gone, the check
+                    # must say that stored ids stand in a millisecond above the last one the
+                    # sequence issued. Rows in that very millisecond it cannot tell from new ids
+                    # (seed 2026113362: a table read at the first id had its newest row 1 ms
+                    # below the locked one's): the documented limit (docs/guarantee.md, 9),
+                    # which the repeat count above still holds to uniqueness
+                    if ms(i) > issued_ms and "holds ids up to" not in flagged:
                         problems.append(f"{t.name} was locked at the first id and its ids above the "
                                         "sequence's are not flagged")
                         break
