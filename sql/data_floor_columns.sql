@@ -18,9 +18,9 @@
 -- DROP FUNCTION sees, whatever the expression's shape). The data floor reads it only when the
 -- table's owner may draw from the sequence (USAGE or UPDATE on it): a role that may not draw from
 -- a sequence cannot move its floor with a table of its own; shard_id_check() names such columns
--- when they hold rows, since new ids can repeat those rows. A DEFAULT that calls a function of the user's own that calls
--- next_shard_id counts too (one level deep: its SQL-standard body's dependency, or its body's
--- text), as "cannot tell" for every sequence. What no catalog shows: deeper nesting through
+-- when they hold rows, since new ids can repeat those rows. A DEFAULT that calls a function of
+-- the user's own that calls next_shard_id counts too (one level deep: its SQL-standard body's
+-- dependency, or its body's text), as "cannot tell" for every sequence. What no catalog shows: deeper nesting through
 -- functions with string bodies, and ids stored by explicit calls (README, guarantee 9).
 WITH RECURSIVE
 ours AS (  -- both forms of next_shard_id, this extension's members
@@ -119,8 +119,8 @@ SELECT DISTINCT l.relid, l.seq,
        -- whether the table's owner may draw from the sequence: a role that may not cannot move
        -- its floor with a table of its own (the column is not read; shard_id_check() names it)
        coalesce(l.seq, $1) IS NULL
-           OR has_sequence_privilege(root.relowner, coalesce(l.seq, $1), 'USAGE, UPDATE') IS NOT FALSE
-           AS owner_may_draw
+           OR has_sequence_privilege(root.relowner, coalesce(l.seq, $1), 'USAGE, UPDATE')
+              IS NOT FALSE AS owner_may_draw
   FROM tree l
   JOIN pg_class c ON c.oid = l.relid AND c.relkind <> 'p'
   JOIN pg_class root ON root.oid = l.root

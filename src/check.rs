@@ -175,7 +175,7 @@ type Read = (data_floor::Column, Result<Newest, CannotTell>);
 /// `data_floor` and `replication` rows; then those the data floor does not read (their table's
 /// owner may not draw from the sequence) that hold rows. Never waits: the catalog query takes no
 /// lock, and a table or index locked by another transaction is reported as such, not waited for.
-fn read_columns(epoch: i64, now_unix_ms: i64) -> (Vec<Read>, Vec<data_floor::Column>) {
+fn read_columns(epoch: i64, now_unix_ms: i64) -> (Vec<Read>, Vec<NotRead>) {
     let bound = data_floor::last_id_of(now_unix_ms - epoch + data_floor::PLAUSIBLE_AHEAD_MS);
     let newest = |column: &data_floor::Column| {
         // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
@@ -191,19 +191,26 @@ fn read_columns(epoch: i64, now_unix_ms: i64) -> (Vec<Read>, Vec<data_floor::Col
         .collect();
     let holding_rows = not_read
         .into_iter()
-        .filter(|column| match newest(column) {
-            Ok(n) => n.plausible.is_some() || n.beyond.is_some(),
-            Err(_) => true, // may hold rows
+        .filter_map(|column| match newest(&column) {
+            Ok(n) if n.plausible.is_none() && n.beyond.is_none() => None,
+            Ok(_) => Some((column, None)),
+            Err(why) => Some((column, Some(why))), // may hold rows
         })
         .collect();
     (read, holding_rows)
 }
 
-/// The DEFAULT columns that may hold rows whose newest id no index can tell (and why), and those
-/// that hold an id too far ahead to be a floor (`data_floor::PLAUSIBLE_AHEAD_MS`).
+/// A column the data floor does not read (its table's owner may not draw from the sequence) that
+/// holds rows, or may (`Some(why)`: no index can tell).
+type NotRead = (data_floor::Column, Option<CannotTell>);
+
+/// The DEFAULT columns that may hold rows whose newest id no index can tell (and why), those that
+/// hold an id too far ahead to be a floor (`data_floor::PLAUSIBLE_AHEAD_MS`), those holding ids
+/// above where their sequence's guard issues, and those the data floor does not read that hold
+/// rows (`not_read`).
 fn data_floor_finding(
     columns: &[Read],
-    not_read: &[data_floor::Column],
+    not_read: &[NotRead],
     shared: Option<pg_shard_id_core::slots::SlotTable>,
     epoch: i64,
     node: Option<i64>,
@@ -273,9 +280,15 @@ fn data_floor_finding(
         .collect();
     let not_read = not_read
         .iter()
-        .map(|c| match c.sequence {
-            Some(s) => format!("{} (sequence {})", c.name, relation_name(s)),
-            None => c.name.clone(),
+        .map(|(c, may)| {
+            let sequence = c
+                .sequence
+                .map(|s| format!("sequence {}", qualified_relation_name(s)));
+            let may = may.map(|why| format!("may hold rows: {}", why.why()));
+            match [sequence, may].into_iter().flatten().collect::<Vec<_>>() {
+                notes if notes.is_empty() => c.name.clone(),
+                notes => format!("{} ({})", c.name, notes.join("; ")),
+            }
         })
         .collect();
     health::data_floor(&FloorColumns {
@@ -284,6 +297,23 @@ fn data_floor_finding(
         above,
         not_read,
     })
+}
+
+/// `schema.name` of a relation, quoted where SQL needs it: for statements the user copies (a
+/// GRANT).
+fn qualified_relation_name(relation: pg_sys::Oid) -> String {
+    // SAFETY: catalog lookups by oid inside a transaction (NULL when not found); the quoted name
+    // is palloc'd and copied before the memory context goes.
+    unsafe {
+        let name = pg_sys::get_rel_name(relation);
+        let schema = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(relation));
+        if name.is_null() || schema.is_null() {
+            return relation_name(relation);
+        }
+        std::ffi::CStr::from_ptr(pg_sys::quote_qualified_identifier(schema, name))
+            .to_string_lossy()
+            .into_owned()
+    }
 }
 
 /// Whether the caller may read every row of `relation`: SELECT on the table, and no row security

@@ -92,14 +92,22 @@ pub fn columns_of(sequence: Option<pg_sys::Oid>) -> Vec<Column> {
 /// floor reads, and the others, which it does not (a role that may not draw from a sequence
 /// cannot move its ids with a table of its own), and which `shard_id_check()` names when they
 /// hold rows, since new ids can repeat those.
+///
+/// A column reached through two tables (a partition with a DEFAULT of its own, under its parent)
+/// is read when either table's owner may draw, and is listed once among the others.
 pub fn columns_by_owner(sequence: Option<pg_sys::Oid>) -> (Vec<Column>, Vec<Column>) {
-    let (read, not_read): (Vec<_>, Vec<_>) = query(sequence)
+    let (read, others): (Vec<_>, Vec<_>) = query(sequence)
         .into_iter()
         .partition(|(_, owner_may_draw)| *owner_may_draw);
-    (
-        read.into_iter().map(|(c, _)| c).collect(),
-        not_read.into_iter().map(|(c, _)| c).collect(),
-    )
+    let read: Vec<Column> = read.into_iter().map(|(c, _)| c).collect();
+    let mut not_read: Vec<Column> = Vec::new();
+    for (column, _) in others {
+        let same = |c: &Column| c.relation == column.relation && c.name == column.name;
+        if !read.iter().any(same) && !not_read.iter().any(same) {
+            not_read.push(column);
+        }
+    }
+    (read, not_read)
 }
 
 /// The query's rows: each column, and whether its table's owner may draw from the sequence.

@@ -164,7 +164,7 @@ RESET ROLE;
 INSERT INTO df_victim DEFAULT VALUES;
 SELECT shard_id_extract_timestamp(id) < now() + interval '2 s' AS not_moved FROM df_victim;
 -- but new ids can repeat its rows: shard_id_check() names it, with the fix
-SELECT status, detail ~ 'df_m\.t\.id \(sequence df_victim_s\) hold rows in a table whose owner may not draw' AS named,
+SELECT status, detail ~ 'df_m\.t\.id \(sequence public\.df_victim_s\) hold rows in a table whose owner may not draw' AS named,
        detail ~ 'GRANT USAGE' AS fix_given
   FROM shard_id_check() WHERE "check" = 'data_floor';
 -- with USAGE on the sequence, the role's table counts
