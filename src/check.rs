@@ -30,9 +30,10 @@ use std::sync::atomic::Ordering;
 /// * `shard_numbers`: one shard number in `next_shard_id(seq, N)` DEFAULTs with two sequences;
 /// * `data_floor`: DEFAULT columns that hold rows without an index on the id (a sequence's first
 ///   id then starts 10 minutes ahead instead of right above the rows), or an id too far ahead to
-///   be a floor (shown only to a caller with SELECT on the table and no row security on it), or
-///   rows in a table whose owner may not draw from the sequence (not read by the data floor, so
-///   new ids can repeat them);
+///   be a floor, or stored ids above where the sequence issues (a stored id, and its time, shown
+///   only to a caller with SELECT on the table and no row security on it), or rows in a table
+///   whose owner may not draw from the sequence (not read by the data floor, so new ids can
+///   repeat them);
 /// * `replication`: tables this database receives through an enabled subscription whose newest
 ///   id has a shard number this server's DEFAULTs issue too;
 /// * `publication`: a publication that publishes deletes of `_pg_shard_id.origin` while it has no
@@ -251,14 +252,18 @@ fn data_floor_finding(
         let key = column.sequence.map(|s| slot_key(database, s.to_u32()));
         if let (Some(id), Some(last_ms)) = (stored, key.and_then(|k| issuing.get(&k))) {
             if layout::ms_of(id).is_ok_and(|ms| ms > *last_ms) {
+                // the stored id's time only for a caller who could have selected it
+                let sequence = relation_name(column.sequence.unwrap_or_default());
+                let issuing_at = format_unix_ms(last_ms + epoch);
+                let holds = if caller_may_read(column.relation) {
+                    let stored_at = format_unix_ms(layout::ms_of(id).unwrap_or(0) + epoch);
+                    format!("holds ids up to {stored_at} while sequence {sequence} issues at {issuing_at}")
+                } else {
+                    format!("holds ids above where sequence {sequence} issues ({issuing_at})")
+                };
                 above.push(format!(
-                    "{} holds ids up to {} while sequence {} issues at {}: run SELECT \
-                     shard_id_resync('{}')",
-                    column.name,
-                    format_unix_ms(layout::ms_of(id).unwrap_or(0) + epoch),
-                    relation_name(column.sequence.unwrap_or_default()),
-                    format_unix_ms(last_ms + epoch),
-                    relation_name(column.sequence.unwrap_or_default()),
+                    "{} {holds}: run SELECT shard_id_resync('{sequence}')",
+                    column.name
                 ));
             }
         }

@@ -234,6 +234,23 @@ SELECT status <> 'failed' AS not_failed, detail ~ 'holds ids up to' AS above_nam
 FROM shard_id_check() WHERE "check" = 'data_floor';
 DROP TABLE df_ch, df_pa;
 DROP SEQUENCE df_pa_s, df_ch_s;
+-- rows loaded into a live table: the check fails and names the resync, with the stored ids'
+-- time only for a caller who may read the table
+CREATE SEQUENCE df_ab_s;
+CREATE TABLE df_ab (id bigint PRIMARY KEY DEFAULT next_shard_id('df_ab_s', 18));
+INSERT INTO df_ab DEFAULT VALUES;
+INSERT INTO df_ab VALUES (shard_id_compose(now() + interval '1 minute', 18, 0));
+SELECT status, detail ~ 'public\.df_ab\.id holds ids up to \d{4}-' AS time_shown
+FROM shard_id_check() WHERE "check" = 'data_floor';
+CREATE ROLE regress_df_reader;
+SET ROLE regress_df_reader;
+SELECT status, detail ~ 'public\.df_ab\.id holds ids above where sequence df_ab_s issues' AS named,
+       detail !~ 'df_ab\.id holds ids up to' AS time_hidden
+FROM shard_id_check() WHERE "check" = 'data_floor';
+RESET ROLE;
+DROP ROLE regress_df_reader;
+DROP TABLE df_ab;
+DROP SEQUENCE df_ab_s;
 DROP TABLE df_photos, df_events, df_plain, df_rls;
 DROP SEQUENCE df_s, df_p_s, df_plain_s, df_rls_s;
 DROP ROLE regress_df_writer;
