@@ -12,6 +12,7 @@ pub mod json;
 pub mod layout;
 pub mod lease;
 pub mod mask;
+pub mod node_tree;
 pub mod origin;
 pub mod privilege_cache;
 pub mod routing;
