@@ -69,8 +69,10 @@ COMMENT ON FUNCTION shard_id_mask_keys_record() IS
     'Records the check value of every key of pg_shard_id.keys that has none (superuser); a key id whose key then differs is refused.';
 COMMENT ON FUNCTION next_shard_id_at(regclass, integer, timestamptz) IS
     'An id of the sequence and shard at a past time (at least 1 second ago), for history, imports and converting keys: in that millisecond or the first later one with a free remainder, equal to no id stored in a column whose DEFAULT draws from the sequence, nor to one another session holds. Needs shared_preload_libraries.';
-COMMENT ON PROCEDURE shard_id_convert_prepare(regclass, name, regclass, integer, name) IS
-    'Prepares converting a table''s keys to time-ordered ids: a new column with DEFAULT next_shard_id, triggers, and a progress record; no rewrite. Only the table''s owner.';
+COMMENT ON FUNCTION shard_id_convert_plan(regclass, name, regclass, integer, name, boolean, boolean) IS
+    'The plan of converting a table''s keys, before anything changes: each step, and each object attached to the key or to a column referencing it, with what is added, built, carried, kept or refused, its lock and its statement. Only the table''s owner.';
+COMMENT ON PROCEDURE shard_id_convert_prepare(regclass, name, regclass, integer, name, boolean, boolean) IS
+    'Prepares converting a table''s keys to time-ordered ids: a new column with DEFAULT next_shard_id, triggers, and a progress record; no rewrite. Refuses, changing nothing, what its plan refuses. Only the table''s owner.';
 COMMENT ON FUNCTION shard_id_convert_indexes(regclass) IS
     'The CREATE INDEX CONCURRENTLY statements a prepared conversion still needs (psql runs them when the query is ended with gexec); none when ready.';
 COMMENT ON PROCEDURE shard_id_convert(regclass, integer) IS
@@ -85,4 +87,26 @@ COMMENT ON FUNCTION _pg_shard_id.conversion_units(regclass, name, name) IS 'The 
 COMMENT ON FUNCTION _pg_shard_id.conversion_id(regclass, integer, timestamp with time zone) IS 'The id a converted row gets: at its own time, or a live id for a time less than 1.5 s past or ahead.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_row() IS 'Trigger of a conversion: the id of a row an UPDATE moved behind the batches, or inserted without one.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_reference() IS 'Trigger of a conversion: the new id of the row a referencing row references.';
-COMMENT ON FUNCTION _pg_shard_id.conversion_references(regclass, name) IS 'The single-column foreign keys that reference a table''s key column: what a conversion carries.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_references(regclass, name, name) IS 'The single-column foreign keys that reference a table''s key column, with the new column each gets: what a conversion carries.';
+COMMENT ON FUNCTION _pg_shard_id.tree(regclass) IS 'Every relation of a partition tree, the relation itself first.';
+COMMENT ON FUNCTION _pg_shard_id.derived_name(text, text) IS 'A name a conversion gives: base and suffix, or, past 63 bytes, base shortened with 8 hex digits of its md5.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_key(regclass) IS 'The key column a conversion replaces: the one column of the primary key besides the partition key (55000 otherwise).';
+COMMENT ON FUNCTION _pg_shard_id.conversion_columns(regclass, name, name) IS 'The columns a conversion moves, on every relation that holds them, with their numbers there.';
+COMMENT ON FUNCTION _pg_shard_id.expression_moved(pg_node_tree, regclass, smallint[], smallint[]) IS 'An index''s or CHECK''s expressions with the given columns moved to others, printed as SQL (the columns moved in the tree, not in text).';
+COMMENT ON FUNCTION _pg_shard_id.index_statement(regclass, name, smallint[], smallint[], text) IS 'CREATE INDEX for an index with the given columns moved: its twin on the new columns, every part of it kept.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_kinds() IS 'What PostgreSQL can attach to a column, and the rule a conversion follows for each kind.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_catalog_columns() IS 'The catalog columns that can hold a column number or an expression, with the kind that covers each (checked against the running server by a test).';
+COMMENT ON FUNCTION _pg_shard_id.fill_statements(regclass, name, name, name, regclass, integer) IS 'The statements that give rows their ids: one per unit, on a range of blocks, then the sweeps.';
+COMMENT ON FUNCTION _pg_shard_id.step(integer, text, text, text, text, text, text, text, boolean) IS 'A step of a conversion''s inventory.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_inventory(regclass, name, regclass, integer, name, boolean, boolean) IS 'Everything a conversion does and every object attached to the columns it moves, with what happens to each: what the plan shows and the prepare, the index step and the finish run.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_inventory(regclass) IS 'The inventory of a prepared conversion, as recorded.';
+COMMENT ON FUNCTION _pg_shard_id.refuse(regclass, _pg_shard_id.conversion_step[]) IS 'The refusals of an inventory as one ERROR (0A000) naming each object.';
+COMMENT ON FUNCTION _pg_shard_id.run_quietly(text, bigint, bigint) IS 'A statement of a conversion with session_replication_role = replica: the user''s triggers and rules do not fire.';
+COMMENT ON FUNCTION _pg_shard_id.run_firing(text, bigint, bigint, text) IS 'A statement of a conversion under the caller''s search_path, for the user''s triggers when they fire.';
+COMMENT ON FUNCTION _pg_shard_id.run(regclass, text, bigint, bigint, text) IS 'A statement of a conversion, the user''s triggers and rules silent unless fire_triggers => true.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_triggers(regclass, name, name) IS 'The user''s triggers and rules the batches'' UPDATEs would fire.';
+COMMENT ON FUNCTION _pg_shard_id.convert_step(regclass, integer, text) IS 'One transaction of shard_id_convert: a batch, or the sweeps; whether there is more to do.';
+COMMENT ON FUNCTION _pg_shard_id.convert_arguments(regclass, integer) IS 'shard_id_convert''s arguments checked (22004, 22023).';
+COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction of shard_id_convert_finish: a check before the swap, the swap, or a foreign key validated; whether there is more to do.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys to a converted table not validated yet.';
+COMMENT ON FUNCTION _pg_shard_id.swap(regclass) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';

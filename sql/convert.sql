@@ -1,35 +1,44 @@
--- Converting an existing table's keys to time-ordered ids, online and resumable (issue 37).
+-- Converting an existing table's keys to time-ordered ids, online and resumable (issues 37, 49).
 --
+--   SELECT * FROM shard_id_convert_plan('orders', 'created_at', 'orders_shard_id_seq', 5);
 --   CALL shard_id_convert_prepare('orders', 'created_at', 'orders_shard_id_seq', 5);
 --   SELECT * FROM shard_id_convert_indexes('orders') \gexec     -- CREATE INDEX CONCURRENTLY ...
 --   CALL shard_id_convert('orders', 10000);                      -- fill; resumable
 --   CALL shard_id_convert_finish('orders');                      -- swap
 --   SELECT * FROM shard_id_conversions;                          -- progress, from any session
 --
--- The shape, and why (docs/history.md has the full recipe with the locks of every step):
+-- The shape, and why (docs/adopting.md#convert has the recipe with the locks of every step):
 -- * **A new column, swapped in at the end**, not a rewrite of the key in place: until the swap
---   the old key is untouched (the application, foreign keys, replicas and anything outside the
---   database keep working), a stop or a crash at any point loses nothing, and the old key stays
+--   the old key is untouched, a stop or a crash at any point loses nothing, and the old key stays
 --   afterwards as <key>_before_shard_id, for lookups from old URLs and caches.
+-- * **One inventory, `_pg_shard_id.conversion_inventory`**, of everything the conversion does and
+--   of every object and property PostgreSQL attaches to the key column or to a column that
+--   references it: what the prepare adds, which indexes are built, what the batches fire, what
+--   the finish checks, and the swap statement by statement, each object carried (re-created from
+--   its definition, read under the swap's locks), built again on the new column (indexes, CHECKs)
+--   or refused. The plan (`shard_id_convert_plan`) shows it, the prepare refuses with its
+--   refusals, `shard_id_convert_indexes` lists its index statements, and the swap runs its swap
+--   rows in order. Every dependent in pg_depend that no rule knows is refused: nothing stays on
+--   the old key silently. The kinds it knows, each with its rule: `_pg_shard_id.conversion_kinds()`.
 -- * The new column gets DEFAULT next_shard_id(seq, shard) before anything is filled, so rows
 --   inserted during the conversion get live ids; existing rows get next_shard_id_at(seq, shard,
---   <their time>) in batches of `batch_rows`, by ranges of heap blocks (no index needed, every
---   batch the same cost), one transaction each, with a NOTICE per batch and the progress in
---   _pg_shard_id.conversions (the view shard_id_conversions). A BEFORE UPDATE trigger gives a row
---   that an UPDATE moves behind the batches its id, so no row is missed; a last sweep through the
---   new column's index catches any still without one.
+--   <their time>) in batches of `batch_rows`, by ranges of heap blocks, one transaction each, with
+--   session_replication_role = replica (the user's triggers and rules do not fire; refused up
+--   front, naming them, where the caller may not set it, unless fire_triggers => true). A BEFORE
+--   UPDATE trigger gives a row that an UPDATE moves behind the batches its id; a last sweep
+--   through the new column's index catches any still without one.
 -- * Every single-column foreign key that references the key gets the same treatment in its
 --   table (a new column, filled from the converted table by a join, a trigger for rows inserted
---   meanwhile), and is re-created on the new columns at the swap. Composite foreign keys are
---   refused, by name.
--- * The swap (shard_id_convert_finish) is one short transaction under ACCESS EXCLUSIVE locks: no
---   scan runs under them (NOT NULL comes from a CHECK validated before, the primary key from the
---   unique index built concurrently, the foreign keys are added NOT VALID and validated after the
+--   meanwhile), and is re-created on the new columns at the swap.
+-- * The swap is one short transaction under ACCESS EXCLUSIVE locks: no scan runs under them
+--   (NOT NULL and every CHECK come from constraints validated before, every index on the key from
+--   its twin built concurrently, the foreign keys are added NOT VALID and validated after the
 --   commit, under SHARE UPDATE EXCLUSIVE, which lets inserts and updates through).
--- * CREATE INDEX CONCURRENTLY cannot run inside a procedure or a function, so
---   shard_id_convert_indexes() lists the statements (psql's \gexec runs them) and
---   shard_id_convert refuses until they ran (an index on the new column is also what
---   next_shard_id_at reads).
+-- * **search_path**: every function here has SET search_path = pg_catalog, pg_temp. The
+--   procedures commit, so they cannot have one: their bodies are a loop that calls one function of
+--   this file, by its schema and with arguments of exactly its types, and COMMITs. Nothing of the
+--   caller's search_path is ever resolved (tests/guarantee/test_search_path.py plants overloads of
+--   every name called here).
 -- * The caller must own the tables (ALTER TABLE does); the progress table's rows are visible and
 --   writable to the owner of the table they describe only (row security).
 
@@ -41,6 +50,10 @@ CREATE TABLE _pg_shard_id.conversions (
     seq regclass NOT NULL,
     shard integer NOT NULL,
     new_column name NOT NULL,
+    -- the batches fire the user's triggers (true), or run with session_replication_role = replica
+    fire_triggers boolean NOT NULL DEFAULT false,
+    -- the caller said every subscriber of the table's publications has the new columns
+    subscribers_ready boolean NOT NULL DEFAULT false,
     -- prepared: the column, its DEFAULT and the triggers exist; filling: batches run (unit,
     -- next_block say where); filled: every row has its id; finished: swapped
     phase text NOT NULL DEFAULT 'prepared',
@@ -53,8 +66,10 @@ CREATE TABLE _pg_shard_id.conversions (
     rows_per_second double precision
 );
 ALTER TABLE _pg_shard_id.conversions ENABLE ROW LEVEL SECURITY;
+-- (a policy and a view are bound to the objects they name when they are created, by the
+-- extension's script: no search_path is read when they run)
 CREATE POLICY owner_only ON _pg_shard_id.conversions
-    USING (pg_catalog.pg_has_role((SELECT c.relowner FROM pg_catalog.pg_class c WHERE c.oid = relid), 'USAGE'));
+    USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
 GRANT SELECT, INSERT, UPDATE, DELETE ON _pg_shard_id.conversions TO PUBLIC;
 
 CREATE VIEW shard_id_conversions WITH (security_barrier, security_invoker) AS
@@ -81,20 +96,65 @@ CREATE FUNCTION _pg_shard_id.leaves(rel regclass) RETURNS SETOF regclass
 LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.isleaf
     UNION
-    SELECT c.oid::regclass FROM pg_class c WHERE c.oid = rel AND c.relkind = 'r'
+    SELECT c.oid::regclass FROM pg_class c WHERE c.oid = rel AND c.relkind IN ('r', 'f')
 $$;
 
--- The foreign keys that reference the key column of a table (one column each, declared on the
--- referencing table, not a partition's copy): what a conversion carries. A foreign key to another
--- unique column of the table is not touched (its values do not change).
-CREATE FUNCTION _pg_shard_id.conversion_references(tbl regclass, key_column name)
-RETURNS TABLE (rel regclass, conname name, fk_column name, not_null boolean, def text)
+-- Every relation of a relation's partition tree, the relation itself first.
+CREATE FUNCTION _pg_shard_id.tree(rel regclass) RETURNS SETOF regclass
 LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT c.conrelid::regclass, c.conname, a.attname, a.attnotnull, pg_get_constraintdef(c.oid)
+    SELECT rel
+    UNION ALL
+    SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.relid <> rel
+$$;
+
+-- A name the conversion makes: base || suffix, or, when that is longer than PostgreSQL's 63
+-- bytes (which would cut it, and two cut names could be one), base shortened on a character
+-- boundary with 8 hex digits of its md5 before the suffix. The same inputs, the same name (the
+-- prepare, the index step and the finish each find what the others made by it).
+CREATE FUNCTION _pg_shard_id.derived_name(base text, suffix text) RETURNS name
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN octet_length(base || suffix) <= 63 THEN (base || suffix)::name
+           ELSE ((SELECT substring(base FOR k) FROM generate_series(length(base), 0, -1) k
+                   WHERE octet_length(substring(base FOR k)) <= greatest(63 - 9 - octet_length(suffix), 0) LIMIT 1)
+                 || '_' || left(md5(base), 8) || suffix)::name END
+$$;
+
+-- The key a conversion replaces: the one column of the table's primary key (of a partitioned
+-- table: the one that is not in the partition key, which its primary key must hold). 55000
+-- otherwise.
+CREATE FUNCTION _pg_shard_id.conversion_key(tbl regclass) RETURNS name
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    found name[];
+BEGIN
+    SELECT array_agg(a.attname ORDER BY a.attnum) INTO found
+      FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
+     WHERE c.conrelid = tbl AND c.contype = 'p'
+       AND a.attnum <> ALL (coalesce((SELECT p.partattrs::int2[] FROM pg_partitioned_table p WHERE p.partrelid = tbl), '{}'));
+    IF cardinality(found) IS DISTINCT FROM 1 THEN
+        RAISE EXCEPTION 'pg_shard_id: % has no single-column primary key to convert', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = CASE WHEN found IS NULL THEN 'It has no primary key, or only partition key columns in it.'
+                                ELSE format('Its primary key has %s columns besides the partition key: %s.',
+                                            cardinality(found), array_to_string(found, ', ')) END;
+    END IF;
+    RETURN found[1];
+END $$;
+
+-- The foreign keys that reference the key column of a table (one column each, declared on the
+-- referencing table, not a partition's copy): what a conversion carries, with the new column each
+-- referencing column gets. A foreign key to another unique column of the table is not touched
+-- (its values do not change).
+CREATE FUNCTION _pg_shard_id.conversion_references(tbl regclass, key_column name, new_column name)
+RETURNS TABLE (rel regclass, conname name, fk_column name, fk_new_column name, not_null boolean, def text)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT c.conrelid::regclass, c.conname, a.attname, _pg_shard_id.derived_name(a.attname, '_' || new_column),
+           a.attnotnull, pg_get_constraintdef(c.oid)
       FROM pg_constraint c
       JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
      WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
        AND c.confkey = ARRAY[(SELECT k.attnum FROM pg_attribute k WHERE k.attrelid = tbl AND k.attname = key_column)]
+       AND cardinality(c.conkey) = 1
      ORDER BY c.conrelid, c.conname
 $$;
 
@@ -108,13 +168,880 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
                NULL::name AS fk_new_column, NULL::name AS fk_name
           FROM _pg_shard_id.leaves(tbl) t
         UNION ALL
-        SELECT 'child', t, r.fk_column, (r.fk_column || '_' || new_column)::name, r.conname
-          FROM _pg_shard_id.conversion_references(tbl, key_column) r
+        SELECT 'child', t, r.fk_column, r.fk_new_column, r.conname
+          FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) r
           CROSS JOIN LATERAL _pg_shard_id.leaves(r.rel) t
     )
     SELECT (row_number() OVER (ORDER BY kind DESC, rel::oid, fk_name))::integer - 1, *
       FROM leaves
 $$;
+
+-- The columns a conversion moves, on every relation that holds them: the key, on the table and
+-- each relation of its partition tree, and each referencing column, on its table and theirs, with
+-- the column numbers there (a partition may number its columns otherwise than its parent), the
+-- new column's (NULL before the prepare) and the name the old column is kept under.
+CREATE FUNCTION _pg_shard_id.conversion_columns(tbl regclass, key_column name, new_column name)
+RETURNS TABLE (rel regclass, top regclass, role text, old_column name, new_column name, kept_as name,
+               old_attnum smallint, new_attnum smallint)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    WITH moved AS (
+        SELECT tbl AS top, 'key'::text AS role, key_column AS old_column, new_column AS new_column
+        UNION
+        SELECT r.rel, 'reference', r.fk_column, r.fk_new_column
+          FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) r
+    )
+    SELECT t, m.top, m.role, m.old_column, m.new_column,
+           _pg_shard_id.derived_name(m.old_column, '_before_shard_id'), o.attnum, n.attnum
+      FROM moved m CROSS JOIN LATERAL _pg_shard_id.tree(m.top) t
+      JOIN pg_attribute o ON o.attrelid = t AND o.attname = m.old_column AND NOT o.attisdropped
+      LEFT JOIN pg_attribute n ON n.attrelid = t AND n.attname = m.new_column AND NOT n.attisdropped
+     ORDER BY m.role, m.top::oid, t::oid
+$$;
+
+-- An expression of a relation's catalog (an index's expressions or predicate, a CHECK) with the
+-- given columns moved to others, printed as SQL: src/convert.rs. Its argument is a pg_node_tree,
+-- which no role can make from text, so only a catalog's own trees reach the C code.
+CREATE FUNCTION _pg_shard_id.expression_moved(tree pg_node_tree, rel regclass, from_columns smallint[],
+                                              to_columns smallint[]) RETURNS text[]
+LANGUAGE c STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'expression_moved_wrapper';
+
+-- CREATE INDEX for an index with the given columns moved (built on the new columns): form
+-- 'concurrently' (a table's index, named name), or 'parent' (a partitioned table's, which
+-- attaches each partition's matching index, its twin built before, instead of building one). Every part of the index is kept: method, unique,
+-- NULLS NOT DISTINCT, each column's expression, collation, operator class and order, INCLUDE,
+-- storage parameters, tablespace and predicate.
+CREATE FUNCTION _pg_shard_id.index_statement(idx regclass, name name, from_columns smallint[], to_columns smallint[],
+                                             form text) RETURNS text
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    i pg_index;
+    c pg_class;
+    parts text[] := '{}';
+    included text[] := '{}';
+    exprs text[];
+    nexpr integer := 0;
+    k integer;
+    col smallint;
+    part text;
+    option smallint;
+BEGIN
+    SELECT * INTO i FROM pg_index WHERE indexrelid = idx;
+    SELECT * INTO c FROM pg_class WHERE oid = idx;
+    IF i.indexprs IS NOT NULL THEN
+        exprs := _pg_shard_id.expression_moved(i.indexprs, i.indrelid, from_columns, to_columns);
+    END IF;
+    FOR k IN 0 .. i.indnatts - 1 LOOP
+        col := i.indkey[k];
+        IF col = 0 THEN
+            nexpr := nexpr + 1;
+            part := '(' || exprs[nexpr] || ')';
+        ELSE
+            IF col = ANY (from_columns) THEN
+                col := to_columns[array_position(from_columns, col)];
+            END IF;
+            SELECT quote_ident(a.attname) INTO part
+              FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = col;
+        END IF;
+        IF k >= i.indnkeyatts THEN
+            included := included || part;
+            CONTINUE;
+        END IF;
+        -- (a collation other than the column's, or than the default for an expression; an
+        -- operator class that is not the default: omitted, the new column's type gets its own)
+        IF i.indcollation[k] <> 0 AND i.indcollation[k] <> (CASE WHEN col = 0 THEN 100
+               ELSE (SELECT a.attcollation FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = col) END) THEN
+            part := part || ' COLLATE ' || (SELECT format('%I.%I', n.nspname, o.collname) FROM pg_collation o
+                                              JOIN pg_namespace n ON n.oid = o.collnamespace WHERE o.oid = i.indcollation[k]);
+        END IF;
+        IF NOT (SELECT o.opcdefault FROM pg_opclass o WHERE o.oid = i.indclass[k]) THEN
+            part := part || ' ' || (SELECT format('%I.%I', n.nspname, o.opcname) FROM pg_opclass o
+                                      JOIN pg_namespace n ON n.oid = o.opcnamespace WHERE o.oid = i.indclass[k]);
+        END IF;
+        option := i.indoption[k];
+        IF option & 1 = 1 THEN
+            part := part || ' DESC' || CASE WHEN option & 2 = 0 THEN ' NULLS LAST' ELSE '' END;
+        ELSIF option & 2 = 2 THEN
+            part := part || ' NULLS FIRST';
+        END IF;
+        parts := parts || part;
+    END LOOP;
+    RETURN format('CREATE %sINDEX %s%I ON %s USING %I (%s)%s%s%s%s%s',
+                  CASE WHEN i.indisunique THEN 'UNIQUE ' ELSE '' END,
+                  CASE form WHEN 'concurrently' THEN 'CONCURRENTLY ' ELSE '' END,
+                  name,
+                                    i.indrelid::regclass,
+                  (SELECT amname FROM pg_am WHERE oid = c.relam),
+                  array_to_string(parts, ', '),
+                  CASE WHEN cardinality(included) > 0 THEN ' INCLUDE (' || array_to_string(included, ', ') || ')' ELSE '' END,
+                  CASE WHEN i.indnullsnotdistinct THEN ' NULLS NOT DISTINCT' ELSE '' END,
+                  CASE WHEN c.reloptions IS NOT NULL THEN ' WITH (' || array_to_string(c.reloptions, ', ') || ')' ELSE '' END,
+                  CASE WHEN c.reltablespace <> 0 THEN ' TABLESPACE ' || quote_ident((SELECT spcname FROM pg_tablespace WHERE oid = c.reltablespace)) ELSE '' END,
+                  CASE WHEN i.indpred IS NOT NULL
+                       THEN ' WHERE ' || (_pg_shard_id.expression_moved(i.indpred, i.indrelid, from_columns, to_columns))[1]
+                       ELSE '' END);
+END $$;
+
+-- What PostgreSQL can attach to a column, and what the conversion does with each kind: the rules
+-- a reviewer holds against PostgreSQL's catalogs (the kinds conversion_inventory names, and how it
+-- finds them: a dependent in pg_depend, or a property of the column itself). A test reads the
+-- catalog of the running server (tests/guarantee/test_convert_schema.py: every catalog column that
+-- holds a column number or an expression is listed in conversion_catalog_columns) and fails when
+-- one turns up that is not.
+CREATE FUNCTION _pg_shard_id.conversion_kinds()
+RETURNS TABLE (kind text, found_in text, rule text, how text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    VALUES
+    ('primary key', 'pg_index, pg_constraint', 'build', 'a unique index on the new column built concurrently, made the primary key at the swap (ADD PRIMARY KEY USING INDEX; a partitioned table''s from its partitions'')'),
+    ('index', 'pg_depend: pg_class (an index)', 'build', 'built again concurrently with the new column in the old one''s place (expressions and predicate moved in their trees), then swapped in under the old name: comment, replica identity and CLUSTER mark carried'),
+    ('unique constraint', 'pg_depend: pg_class (its index), pg_constraint', 'build', 'its index built again concurrently, the constraint made from it at the swap (ADD CONSTRAINT ... UNIQUE USING INDEX), deferrable as it was'),
+    ('exclusion constraint', 'pg_depend: pg_class (its index), pg_constraint', 'refuse', 'PostgreSQL cannot make one from an index built before (no USING INDEX): drop it, convert, add it again'),
+    ('check constraint', 'pg_depend: pg_constraint', 'build', 'added again on the new column NOT VALID, validated before the swap (no lock against writes), swapped in under the old name'),
+    ('not-null constraint', 'pg_attribute.attnotnull (pg_constraint on PostgreSQL 18)', 'own', 'the new column is made NOT NULL at the swap from a CHECK validated before; the old one''s is dropped'),
+    ('foreign key to the key', 'pg_depend: pg_constraint', 'own', 'a single-column one is carried: its column gets a new column too, and the constraint is made again on the new columns at the swap, validated after it; a composite one is refused'),
+    ('foreign key from a moved column', 'pg_depend: pg_constraint', 'refuse', 'the key, or a column that references it, itself references another table, or is referenced by another foreign key: convert that table, or drop the constraint'),
+    ('view', 'pg_depend: pg_rewrite (_RETURN of a view)', 'carry', 'CREATE OR REPLACE VIEW from its definition and options, read under the swap''s locks (its owner, privileges, comment and dependents stay); refused when the key is not bigint (its column''s type would change) or the caller cannot act as its owner'),
+    ('materialized view', 'pg_depend: pg_rewrite (_RETURN of a materialized view)', 'refuse', 'its rows were computed from the old key: drop it, convert, create it again'),
+    ('rule', 'pg_depend: pg_rewrite', 'carry', 'CREATE OR REPLACE RULE from its definition, enabled as it was'),
+    ('trigger', 'pg_depend: pg_trigger (UPDATE OF columns, WHEN)', 'carry', 'CREATE OR REPLACE TRIGGER (a constraint trigger: dropped and made again) from its definition, enabled as it was'),
+    ('policy', 'pg_depend: pg_policy', 'carry', 'ALTER POLICY with its USING and WITH CHECK expressions'),
+    ('statistics object', 'pg_depend: pg_statistic_ext', 'carry', 'dropped and made again from its definition, with its statistics target, owner and comment'),
+    ('publication', 'pg_depend: pg_publication_rel (column list, row filter)', 'carry', 'the table dropped from the publication and added again with its column list and row filter'),
+    ('function', 'pg_depend: pg_proc (a body in SQL-standard form)', 'carry', 'CREATE OR REPLACE from its definition; refused when the key is not bigint or the caller cannot act as its owner'),
+    ('generated column', 'pg_depend: pg_attrdef', 'refuse', 'a stored one: PostgreSQL computes it only by rewriting the table (ALTER ... SET EXPRESSION, PostgreSQL 17 and later, under ACCESS EXCLUSIVE); a virtual one (PostgreSQL 18) is carried: SET EXPRESSION, no rewrite'),
+    ('sequence owned by the column', 'pg_depend: pg_class (a sequence)', 'keep', 'stays with the old column, which keeps its DEFAULT (or identity) and draws from it until dropped'),
+    ('partition key', 'pg_partitioned_table.partattrs', 'refuse', 'a referencing column in a partition key: its rows would stay where the old values put them'),
+    ('column privileges', 'pg_attribute.attacl', 'carry', 'granted on the new column too (GRANT ... (column) ... GRANTED BY the same grantor)'),
+    ('column comment', 'pg_description', 'carry', 'COMMENT ON COLUMN, on the new column'),
+    ('column security label', 'pg_seclabel', 'carry', 'SECURITY LABEL, on the new column'),
+    ('column settings', 'pg_attribute.attstattarget, attoptions', 'carry', 'SET STATISTICS and SET (n_distinct ...), on the new column'),
+    ('column storage', 'pg_attribute.attstorage, attcompression, attcollation', 'keep', 'the new column is bigint: plain storage, no compression or collation'),
+    ('planner statistics', 'pg_statistic', 'build', 'ANALYZE of the new column before the swap, so that plans after it see its values'),
+    ('inheritance', 'pg_inherits (not partitions)', 'refuse', 'a parent''s UPDATE and ALTER reach its children: convert tables without inheritance'),
+    ('row type used', 'pg_attribute.atttypid, pg_class.reloftype', 'refuse', 'PostgreSQL refuses a new column in a table whose row type a column uses, or that is of a type'),
+    ('foreign table', 'pg_class.relkind', 'refuse', 'its rows are elsewhere'),
+    ('Citus distributed table', 'pg_dist_partition', 'refuse', 'the new column''s DEFAULT names a shard, which Citus refuses (it takes next_shard_id(seq)), and its shards are tables on the workers: not supported'),
+    ('publication membership', 'pg_publication_rel, pg_publication_namespace, FOR ALL TABLES', 'refuse', 'a subscriber stops at the first change after the prepare unless it has the new columns: add them there first (docs/adopting.md#replicas), then subscribers_ready => true'),
+    ('user trigger or rule fired by the batches', 'pg_trigger, pg_rewrite', 'quiet', 'the batches run with session_replication_role = replica: triggers and rules enabled on origin do not fire; refused (with fire_triggers => true to fire them) when the caller may not set it, or when one is enabled ALWAYS or REPLICA'),
+    ('old key column', 'pg_attribute', 'keep', 'renamed <key>_before_shard_id, with its values, DEFAULT or identity; no longer NOT NULL (unless identity or partition key)'),
+    ('unknown', 'pg_depend', 'refuse', 'an object no rule here knows: refused, by name')
+$$;
+
+-- The catalog columns that can hold a user table's column number, a set of them, or an
+-- expression over them, with the kind that covers each (or why none is needed). The catalog test
+-- fails when the running server has one that is not listed.
+CREATE FUNCTION _pg_shard_id.conversion_catalog_columns()
+RETURNS TABLE (catalog text, "column" text, kind text)
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    VALUES
+    ('pg_attrdef', 'adnum', 'generated column'), ('pg_attrdef', 'adbin', 'generated column'),
+    -- pg_attribute: a column's own properties
+    ('pg_attribute', 'attrelid', 'old key column'), ('pg_attribute', 'attname', 'old key column'),
+    ('pg_attribute', 'atttypid', 'old key column'), ('pg_attribute', 'attlen', 'old key column'),
+    ('pg_attribute', 'attnum', 'old key column'), ('pg_attribute', 'attndims', 'old key column'),
+    ('pg_attribute', 'attcacheoff', 'old key column'), ('pg_attribute', 'atttypmod', 'old key column'),
+    ('pg_attribute', 'attbyval', 'old key column'), ('pg_attribute', 'attalign', 'old key column'),
+    ('pg_attribute', 'attisdropped', 'old key column'), ('pg_attribute', 'atthasdef', 'old key column'),
+    ('pg_attribute', 'atthasmissing', 'old key column'), ('pg_attribute', 'attmissingval', 'old key column'),
+    ('pg_attribute', 'attnotnull', 'not-null constraint'), ('pg_attribute', 'attidentity', 'sequence owned by the column'),
+    ('pg_attribute', 'attgenerated', 'generated column'), ('pg_attribute', 'attislocal', 'inheritance'),
+    ('pg_attribute', 'attinhcount', 'inheritance'), ('pg_attribute', 'attstorage', 'column storage'),
+    ('pg_attribute', 'attcompression', 'column storage'), ('pg_attribute', 'attcollation', 'column storage'),
+    ('pg_attribute', 'attacl', 'column privileges'), ('pg_attribute', 'attoptions', 'column settings'),
+    ('pg_attribute', 'attstattarget', 'column settings'), ('pg_attribute', 'attfdwoptions', 'foreign table'),
+    ('pg_class', 'relpartbound', 'partition key'),
+    ('pg_constraint', 'conbin', 'check constraint'), ('pg_constraint', 'conkey', 'check constraint'),
+    ('pg_constraint', 'confkey', 'foreign key to the key'), ('pg_constraint', 'confdelsetcols', 'foreign key to the key'),
+    ('pg_depend', 'objsubid', 'unknown'), ('pg_depend', 'refobjsubid', 'unknown'),
+    ('pg_description', 'objsubid', 'column comment'), ('pg_seclabel', 'objsubid', 'column security label'),
+    ('pg_init_privs', 'objsubid', 'column privileges'), ('pg_shdepend', 'objsubid', 'column privileges'),
+    ('pg_index', 'indexprs', 'index'), ('pg_index', 'indkey', 'index'), ('pg_index', 'indoption', 'index'),
+    ('pg_index', 'indpred', 'index'),
+    ('pg_partitioned_table', 'partattrs', 'partition key'), ('pg_partitioned_table', 'partexprs', 'partition key'),
+    ('pg_policy', 'polqual', 'policy'), ('pg_policy', 'polwithcheck', 'policy'),
+    ('pg_proc', 'prosqlbody', 'function'), ('pg_proc', 'proargdefaults', 'function'),
+    ('pg_publication_rel', 'prattrs', 'publication'), ('pg_publication_rel', 'prqual', 'publication'),
+    ('pg_rewrite', 'ev_action', 'view'), ('pg_rewrite', 'ev_qual', 'rule'),
+    ('pg_statistic', 'staattnum', 'planner statistics'),
+    ('pg_statistic_ext', 'stxexprs', 'statistics object'), ('pg_statistic_ext', 'stxkeys', 'statistics object'),
+    ('pg_trigger', 'tgattr', 'trigger'), ('pg_trigger', 'tgqual', 'trigger'),
+    ('pg_type', 'typdefaultbin', 'unknown'),
+    -- (not of a user table's columns: an operator family's support function number)
+    ('pg_amproc', 'amprocnum', 'unknown')
+$$;
+
+-- One step of a conversion, as the inventory lists it: ord orders the whole conversion; phase is
+-- when it runs (prepare, indexes, convert, finish, swap, after the swap; kept: nothing is done);
+-- action says what is done (add, build, fill, check, carry, rename, drop, quiet, fire, keep,
+-- refuse); statement is the SQL that runs (for a refusal, what the user can run instead); done
+-- says whether it has run.
+CREATE TYPE _pg_shard_id.conversion_step AS (
+    ord integer, phase text, kind text, object text, action text, lock text, statement text,
+    detail text, done boolean
+);
+
+
+-- The statements that give rows their ids: one per unit (a leaf of the table: ids at each row's
+-- time; a leaf of a referencing table: the new id of the row referenced), run on ranges of heap
+-- blocks ($1 to $2), then the sweeps (unit NULL) for rows still without one. The inventory lists
+-- them and the batches run them.
+CREATE FUNCTION _pg_shard_id.fill_statements(tbl regclass, key_column name, new_column name, time_column name,
+                                             seq regclass, shard integer)
+RETURNS TABLE (unit integer, kind text, rel regclass, statement text)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    WITH id AS (SELECT format('_pg_shard_id.conversion_id(%L::pg_catalog.regclass, %s, %I)', seq::text, shard, time_column) AS expression,
+                       'c.ctid OPERATOR(pg_catalog.>=) pg_catalog.format(''(%s,0)'', $1::pg_catalog.int8)::pg_catalog.tid '
+                       'AND c.ctid OPERATOR(pg_catalog.<) pg_catalog.format(''(%s,0)'', $2::pg_catalog.int8)::pg_catalog.tid' AS blocks)
+    SELECT u.unit, u.kind, u.rel,
+           CASE u.kind WHEN 'table' THEN format('UPDATE %s c SET %I = %s WHERE %s AND c.%I IS NULL', u.rel, new_column, id.expression, id.blocks, new_column)
+                ELSE format('UPDATE %s c SET %I = p.%I FROM %s p WHERE %s AND c.%I IS NULL AND p.%I OPERATOR(pg_catalog.=) c.%I',
+                            u.rel, u.fk_new_column, new_column, tbl, id.blocks, u.fk_new_column, key_column, u.fk_column) END
+      FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u, id
+    UNION ALL
+    SELECT NULL, 'table', tbl, format('UPDATE %s SET %I = %s WHERE %I IS NULL AND %I IS NOT NULL', tbl, new_column, id.expression, new_column, time_column)
+      FROM id
+    UNION ALL
+    SELECT NULL, 'child', r.rel, format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I IS NULL AND c.%I IS NOT NULL AND p.%I OPERATOR(pg_catalog.=) c.%I',
+                               r.rel, r.fk_new_column, new_column, tbl, r.fk_new_column, r.fk_column, key_column, r.fk_column)
+      FROM (SELECT DISTINCT rr.rel, rr.fk_column, rr.fk_new_column FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) rr) r
+     ORDER BY 1 NULLS LAST, 2 DESC, 3
+$$;
+
+-- A step, for the inventory's lists (ord: its place in the conversion, made unique when listed).
+CREATE FUNCTION _pg_shard_id.step(ord integer, phase text, kind text, object text, action text, lock text,
+                                  statement text, detail text, done boolean)
+RETURNS _pg_shard_id.conversion_step
+LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ROW(ord, phase, kind, object, action, lock, statement, detail, done)::_pg_shard_id.conversion_step
+$$;
+
+-- Everything a conversion of tbl does, and every object and property attached to the columns it
+-- moves, with what happens to each: the one inventory the plan shows, the prepare, the index
+-- step and the finish run, and the prepare and the swap refuse by. Reads the catalog only (and
+-- each object's definition as it is now: the swap reads it under its locks). Names are
+-- schema-qualified (the search_path is pinned), so every statement means the same in any
+-- session. The places (ord), in hundreds: 0 refusals, 100 the prepare, 300 the indexes, 400 the
+-- batches, 500-520 the finish before the swap, 600-690 the swap (locks, drops, NOT NULL, the
+-- partitions' constraints, the twins swapped in, the columns' properties, the renames, the old
+-- columns' NOT NULL, the definitions carried, the foreign keys, the record), 700 after it, 900
+-- what is kept.
+CREATE FUNCTION _pg_shard_id.conversion_inventory(tbl regclass, time_column name, seq regclass, shard integer,
+                                                  new_column name, fire_triggers boolean, subscribers_ready boolean)
+RETURNS SETOF _pg_shard_id.conversion_step
+LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    steps _pg_shard_id.conversion_step[] := '{}';
+    key_column name := _pg_shard_id.conversion_key(tbl);
+    key_attnum smallint := (SELECT attnum FROM pg_attribute WHERE attrelid = tbl AND attname = key_column);
+    prepared boolean := EXISTS (SELECT FROM _pg_shard_id.conversions s WHERE s.relid = tbl);
+    finished boolean := EXISTS (SELECT FROM _pg_shard_id.conversions s WHERE s.relid = tbl AND s.phase = 'finished');
+    may_quiet boolean := (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
+                         OR has_parameter_privilege('session_replication_role', 'SET');
+    ours oid[] := ARRAY['_pg_shard_id.conversion_fill_row()'::regprocedure,
+                        '_pg_shard_id.conversion_fill_reference()'::regprocedure]::oid[];
+    new_check name := _pg_shard_id.derived_name('shard_id_convert_' || new_column, '_not_null');
+    fill_trigger name := _pg_shard_id.derived_name('shard_id_convert_', new_column);
+    indexes oid[][] := '{}';  -- (index, constraint or 0) of every index on a moved column
+    c record;
+    d record;
+    r record;
+    x record;
+    moves record;
+    stmt text;
+    twin name;
+    what text;
+    kind text;
+    trigger_name name;
+BEGIN
+    fire_triggers := coalesce(fire_triggers, false);
+    subscribers_ready := coalesce(subscribers_ready, false);
+
+    -- ---- the relations it writes: what PostgreSQL or the conversion cannot do there ----
+    FOR c IN SELECT cc.*, k.relkind, k.reltype, k.reloftype,
+                    row_number() OVER (PARTITION BY cc.rel ORDER BY cc.role, cc.old_attnum) AS nth
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_class k ON k.oid = cc.rel ORDER BY cc.rel, cc.role LOOP
+        -- (PostgreSQL records no dependency of a table on its partition key's columns)
+        IF EXISTS (SELECT FROM pg_partitioned_table pt WHERE pt.partrelid = c.rel
+                      AND (c.old_attnum = ANY (pt.partattrs::int2[])
+                           OR pt.partexprs::text ~ ('\{VAR :varno 1 :varattno ' || c.old_attnum || ' '))) THEN
+            steps := steps || _pg_shard_id.step(0, 'prepare', 'partition key', format('table %s', c.rel), 'refuse', NULL, NULL,
+                                                format('%s is partitioned by %I: its rows would stay in the partitions the old values chose', c.rel, c.old_column), false);
+        END IF;
+        -- (the relation's own, once)
+        IF c.nth = 1 THEN
+            IF c.relkind = 'f' THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'foreign table', format('foreign table %s', c.rel), 'refuse', NULL, NULL,
+                                                    'its rows are in another server: the conversion cannot write them', false);
+            END IF;
+            FOR x IN SELECT i.inhrelid::regclass AS child, i.inhparent::regclass AS parent FROM pg_inherits i
+                      JOIN pg_class k ON k.oid = i.inhrelid
+                     WHERE (i.inhparent = c.rel OR i.inhrelid = c.rel) AND NOT k.relispartition LOOP
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'inheritance', format('table %s', x.child), 'refuse', NULL,
+                                                    format('ALTER TABLE %s NO INHERIT %s', x.child, x.parent),
+                                                    format('%s inherits from %s: an UPDATE or ALTER TABLE of the parent reaches it', x.child, x.parent), false);
+            END LOOP;
+            FOR x IN SELECT a.attrelid::regclass AS rel, a.attname FROM pg_attribute a
+                      WHERE a.atttypid = c.reltype AND a.attnum > 0 AND NOT a.attisdropped LOOP
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'row type used', format('column %s.%I', x.rel, x.attname), 'refuse', NULL, NULL,
+                                                    format('its type is the row type of %s, and PostgreSQL adds no column to a table whose row type a column uses', c.rel), false);
+            END LOOP;
+            IF c.reloftype <> 0 THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'row type used', format('table %s', c.rel), 'refuse', NULL,
+                                                    format('ALTER TABLE %s NOT OF', c.rel),
+                                                    format('a typed table (OF %s): PostgreSQL adds no column to it', c.reloftype::regtype), false);
+            END IF;
+            IF to_regclass('pg_catalog.pg_dist_partition') IS NOT NULL THEN
+                EXECUTE 'SELECT EXISTS (SELECT FROM pg_catalog.pg_dist_partition p WHERE p.logicalrelid OPERATOR(pg_catalog.=) $1)'
+                   INTO r USING c.rel;
+                IF r.exists THEN
+                    steps := steps || _pg_shard_id.step(0, 'prepare', 'Citus distributed table', format('table %s', c.rel), 'refuse', NULL, NULL,
+                                                        'a Citus distributed table: its rows are in shards on the workers, and Citus refuses the new column''s DEFAULT next_shard_id(seq, shard) (it takes next_shard_id(seq)); not supported', false);
+                END IF;
+            END IF;
+        END IF;
+        CONTINUE WHEN c.rel <> c.top;
+        -- the names the conversion gives on it, taken by something else
+        IF NOT prepared AND c.new_attnum IS NOT NULL AND c.role = 'reference' THEN
+            steps := steps || _pg_shard_id.step(0, 'prepare', 'old key column', format('column %s.%I', c.rel, c.new_column), 'refuse', NULL, NULL,
+                                                format('the conversion gives the new column of %s.%I this name, and it is taken', c.rel, c.old_column), false);
+        END IF;
+        IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = c.rel AND attname = c.kept_as AND NOT attisdropped) THEN
+            steps := steps || _pg_shard_id.step(0, 'prepare', 'old key column', format('column %s.%I', c.rel, c.kept_as), 'refuse', NULL,
+                                                format('ALTER TABLE %s RENAME COLUMN %I TO ...', c.rel, c.kept_as),
+                                                format('the swap keeps the old %I under this name, and it is taken', c.old_column), false);
+        END IF;
+    END LOOP;
+    -- publications of the relations it writes: each subscriber needs the new columns first
+    FOR x IN SELECT DISTINCT p.pubname, cc.top
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_class k ON k.oid = cc.rel JOIN pg_namespace ns ON ns.oid = k.relnamespace
+               JOIN pg_publication_tables p ON p.schemaname = ns.nspname AND p.tablename = k.relname
+              ORDER BY 1, 2 LOOP
+        steps := steps || _pg_shard_id.step(CASE WHEN subscribers_ready THEN 900 ELSE 0 END, CASE WHEN subscribers_ready THEN 'kept' ELSE 'prepare' END,
+                    'publication membership', format('publication %I', x.pubname), CASE WHEN subscribers_ready THEN 'keep' ELSE 'refuse' END, NULL,
+                    (SELECT string_agg(DISTINCT format('ALTER TABLE %s ADD COLUMN %I bigint;', cc.top, cc.new_column), ' ')
+                       FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.top = x.top),
+                    format('%s is published: on every subscriber of %I, run this statement first, then pass subscribers_ready => true; the subscribers rename their columns at the swap (docs/adopting.md#replicas). A change-data-capture consumer needs nothing first and sees each converted row as an UPDATE.',
+                           x.top, x.pubname), false);
+    END LOOP;
+
+    -- ---- every object PostgreSQL records as depending on a column that moves ----
+    FOR d IN SELECT DISTINCT ON (dep.classid, dep.objid, dep.objsubid) dep.classid, dep.objid, dep.objsubid, dep.deptype,
+                    cc.rel, cc.role, cc.old_column, cc.old_attnum, format_type(a.atttypid, a.atttypmod) AS old_type,
+                    pg_describe_object(dep.classid, dep.objid, dep.objsubid) AS what
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_depend dep ON dep.refclassid = 'pg_class'::regclass AND dep.refobjid = cc.rel
+                                 AND dep.refobjsubid = cc.old_attnum
+               JOIN pg_attribute a ON a.attrelid = cc.rel AND a.attnum = cc.old_attnum
+              ORDER BY dep.classid, dep.objid, dep.objsubid, cc.role LOOP
+        IF d.classid = 'pg_class'::regclass THEN
+            SELECT k.relkind INTO x FROM pg_class k WHERE k.oid = d.objid;
+            IF x.relkind = 'S' THEN
+                steps := steps || _pg_shard_id.step(900, 'kept', 'sequence owned by the column', d.what, 'keep', NULL, NULL,
+                                                    format('owned by %s.%I (the old key, kept as %I), which keeps its DEFAULT or identity and draws from it until you drop it',
+                                                           d.rel, d.old_column, _pg_shard_id.derived_name(d.old_column, '_before_shard_id')), true);
+            ELSIF x.relkind IN ('i', 'I') THEN
+                -- a partition's index is its parent's business; a constraint's index, its constraint's
+                CONTINUE WHEN EXISTS (SELECT FROM pg_inherits WHERE inhrelid = d.objid)
+                           OR EXISTS (SELECT FROM pg_constraint WHERE conindid = d.objid AND conrelid = d.rel AND contype IN ('p', 'u', 'x'));
+                indexes := indexes || ARRAY[[d.objid, 0::oid]];
+            ELSIF d.objid = d.rel AND d.objsubid = 0 THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'partition key', format('table %s', d.rel), 'refuse', NULL, NULL,
+                                                    format('%s is partitioned by %I: its rows would stay in the partitions the old values chose', d.rel, d.old_column), false);
+            ELSIF d.objid = d.rel AND d.objsubid > 0 AND EXISTS (SELECT FROM pg_attrdef WHERE adrelid = d.rel AND adnum = d.objsubid) THEN
+                -- (a generated column recorded as depending on the column itself)
+                d.classid := 'pg_attrdef'::regclass;
+                d.objid := (SELECT oid FROM pg_attrdef WHERE adrelid = d.rel AND adnum = d.objsubid);
+            ELSE
+                d.classid := 0;  -- unknown, refused below
+            END IF;
+        ELSIF d.classid = 'pg_constraint'::regclass THEN
+            SELECT * INTO r FROM pg_constraint con WHERE con.oid = d.objid;
+            -- (a partition's copy: the parent's row; NOT NULL: the swap's own; a constraint
+            -- trigger's: the trigger's row)
+            CONTINUE WHEN r.conparentid <> 0 OR r.contype IN ('n', 't') OR (r.contype = 'c' AND NOT r.conislocal);
+            IF r.contype IN ('p', 'u') THEN
+                indexes := indexes || ARRAY[[r.conindid, r.oid]];
+            ELSIF r.contype = 'x' THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'exclusion constraint', format('constraint %I on %s', r.conname, d.rel), 'refuse', NULL,
+                                                    format('ALTER TABLE %s DROP CONSTRAINT %I', d.rel, r.conname),
+                                                    'PostgreSQL makes an exclusion constraint only by building its index under the constraint''s lock (no USING INDEX): drop it, convert, add it again', false);
+            ELSIF r.contype = 'c' THEN
+                SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
+                  INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = d.rel;
+                twin := _pg_shard_id.derived_name(r.conname, '_shard_id_twin');
+                what := format('constraint %I on %s', r.conname, d.rel);
+                stmt := CASE WHEN prepared THEN format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%s)%s NOT VALID', d.rel, twin,
+                                                       (_pg_shard_id.expression_moved(r.conbin, d.rel, moves.olds, moves.news))[1],
+                                                       CASE WHEN r.connoinherit THEN ' NO INHERIT' ELSE '' END)
+                             ELSE format('-- after the prepare: %s, on the new column', pg_get_constraintdef(r.oid)) END;
+                steps := steps || _pg_shard_id.step(500, 'finish', 'check constraint', what, 'build', format('ACCESS EXCLUSIVE on %s, catalog only', d.rel), stmt,
+                                                    format('its twin %I, on the new column', twin),
+                                                    EXISTS (SELECT FROM pg_constraint WHERE conrelid = d.rel AND conname = twin) OR finished);
+                steps := steps || _pg_shard_id.step(510, 'finish', 'check constraint', what, 'check', format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', d.rel),
+                                                    format('ALTER TABLE %s VALIDATE CONSTRAINT %I', d.rel, twin), 'every row, before the swap',
+                                                    EXISTS (SELECT FROM pg_constraint WHERE conrelid = d.rel AND conname = twin AND convalidated) OR finished);
+                steps := steps || _pg_shard_id.step(610, 'swap', 'check constraint', what, 'drop', NULL,
+                                                    format('ALTER TABLE %s DROP CONSTRAINT %I', d.rel, r.conname), NULL, finished);
+                steps := steps || _pg_shard_id.step(630, 'swap', 'check constraint', what, 'rename', NULL,
+                                                    format('ALTER TABLE %s RENAME CONSTRAINT %I TO %I', d.rel, twin, r.conname), NULL, finished);
+                IF obj_description(r.oid, 'pg_constraint') IS NOT NULL THEN
+                    steps := steps || _pg_shard_id.step(640, 'swap', 'check constraint', what, 'carry', NULL,
+                                                        format('COMMENT ON CONSTRAINT %I ON %s IS %L', r.conname, d.rel, obj_description(r.oid, 'pg_constraint')),
+                                                        'its comment', finished);
+                END IF;
+            ELSIF r.contype = 'f' AND cardinality(r.conkey) = 1 AND r.confrelid = tbl AND r.confkey = ARRAY[key_attnum]
+                  AND (d.role = 'key' OR r.conrelid = d.rel) THEN
+                NULL;  -- a foreign key the conversion carries (its own steps, below)
+            ELSIF r.contype = 'f' THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', CASE WHEN r.confrelid = tbl THEN 'foreign key to the key' ELSE 'foreign key from a moved column' END,
+                                                    format('constraint %I on %s', r.conname, r.conrelid::regclass), 'refuse', NULL,
+                                                    format('ALTER TABLE %s DROP CONSTRAINT %I', r.conrelid::regclass, r.conname),
+                                                    format('%s; the conversion carries only a single-column foreign key to the key', pg_get_constraintdef(r.oid)), false);
+            ELSE
+                d.classid := 0;
+            END IF;
+        ELSIF d.classid = 'pg_rewrite'::regclass THEN
+            SELECT w.oid, w.rulename, w.ev_class, w.ev_enabled, k.relkind, k.relowner, k.reloptions INTO r
+              FROM pg_rewrite w JOIN pg_class k ON k.oid = w.ev_class WHERE w.oid = d.objid;
+            kind := CASE WHEN r.relkind = 'm' THEN 'materialized view' WHEN r.rulename = '_RETURN' THEN 'view' ELSE 'rule' END;
+            what := CASE WHEN kind = 'rule' THEN d.what ELSE format('%s %s', kind, r.ev_class::regclass) END;
+            IF kind = 'materialized view' THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', kind, what, 'refuse', NULL, format('DROP MATERIALIZED VIEW %s', r.ev_class::regclass),
+                                                    'its rows were computed from the old key: drop it, convert, create it again', false);
+            ELSIF NOT pg_has_role(r.relowner, 'USAGE') THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', kind, what, 'refuse', NULL, NULL,
+                                                    format('owned by %s, whom the caller cannot act as: its owner converts, or the caller gets its role', r.relowner::regrole), false);
+            ELSIF kind = 'view' AND d.old_type <> 'bigint' THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', kind, what, 'refuse', NULL, format('DROP VIEW %s', r.ev_class::regclass),
+                                                    format('%s.%I is %s and its new column bigint: a column of the view may change its type, which CREATE OR REPLACE VIEW cannot do; drop it, convert, create it again',
+                                                           d.rel, d.old_column, d.old_type), false);
+            ELSIF kind = 'view' THEN
+                steps := steps || _pg_shard_id.step(670, 'swap', kind, what, 'carry', format('ACCESS EXCLUSIVE on %s', r.ev_class::regclass),
+                                                    format('CREATE OR REPLACE VIEW %s%s AS %s', r.ev_class::regclass,
+                                                           CASE WHEN r.reloptions IS NOT NULL THEN ' WITH (' || array_to_string(r.reloptions, ', ') || ')' ELSE '' END,
+                                                           pg_get_viewdef(r.ev_class)),
+                                                    'its definition, read under the swap''s locks, names the key: after the renames, the new column', finished);
+            ELSE
+                steps := steps || _pg_shard_id.step(670, 'swap', kind, what, 'carry', format('ACCESS EXCLUSIVE on %s', r.ev_class::regclass),
+                                                    regexp_replace(pg_get_ruledef(r.oid), '^CREATE RULE', 'CREATE OR REPLACE RULE')
+                                                    || CASE WHEN r.ev_enabled <> 'O' THEN format(' ALTER TABLE %s %s RULE %I;', r.ev_class::regclass,
+                                                                CASE r.ev_enabled WHEN 'D' THEN 'DISABLE' WHEN 'A' THEN 'ENABLE ALWAYS' ELSE 'ENABLE REPLICA' END, r.rulename)
+                                                            ELSE '' END,
+                                                    'its definition, read under the swap''s locks; enabled as it was', finished);
+            END IF;
+        ELSIF d.classid = 'pg_trigger'::regclass THEN
+            SELECT t.*, k.relowner INTO r FROM pg_trigger t JOIN pg_class k ON k.oid = t.tgrelid WHERE t.oid = d.objid;
+            CONTINUE WHEN r.tgisinternal OR r.tgparentid <> 0 OR r.tgfoid = ANY (ours);
+            IF NOT pg_has_role(r.relowner, 'USAGE') THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'trigger', d.what, 'refuse', NULL, NULL,
+                                                    format('on a table owned by %s, whom the caller cannot act as', r.relowner::regrole), false);
+            ELSE
+                steps := steps || _pg_shard_id.step(670, 'swap', 'trigger', d.what, 'carry', format('SHARE ROW EXCLUSIVE on %s', r.tgrelid::regclass),
+                                                    CASE WHEN r.tgconstraint <> 0
+                                                         THEN format('DROP TRIGGER %I ON %s; %s;', r.tgname, r.tgrelid::regclass, pg_get_triggerdef(r.oid))
+                                                              || coalesce(format(' COMMENT ON TRIGGER %I ON %s IS %L;', r.tgname, r.tgrelid::regclass, obj_description(r.oid, 'pg_trigger')), '')
+                                                         ELSE regexp_replace(pg_get_triggerdef(r.oid), '^CREATE TRIGGER', 'CREATE OR REPLACE TRIGGER') || ';' END
+                                                    || CASE WHEN r.tgenabled <> 'O' THEN format(' ALTER TABLE %s %s TRIGGER %I;', r.tgrelid::regclass,
+                                                                CASE r.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'A' THEN 'ENABLE ALWAYS' ELSE 'ENABLE REPLICA' END, r.tgname)
+                                                            ELSE '' END,
+                                                    'its definition (UPDATE OF columns, WHEN), read under the swap''s locks; enabled as it was', finished);
+            END IF;
+        ELSIF d.classid = 'pg_policy'::regclass THEN
+            SELECT p.*, k.relowner INTO r FROM pg_policy p JOIN pg_class k ON k.oid = p.polrelid WHERE p.oid = d.objid;
+            IF NOT pg_has_role(r.relowner, 'USAGE') THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'policy', d.what, 'refuse', NULL, NULL,
+                                                    format('on a table owned by %s, whom the caller cannot act as', r.relowner::regrole), false);
+            ELSE
+                steps := steps || _pg_shard_id.step(670, 'swap', 'policy', d.what, 'carry', format('ACCESS EXCLUSIVE on %s', r.polrelid::regclass),
+                                                    format('ALTER POLICY %I ON %s%s%s', r.polname, r.polrelid::regclass,
+                                                           CASE WHEN r.polqual IS NOT NULL THEN ' USING (' || pg_get_expr(r.polqual, r.polrelid) || ')' ELSE '' END,
+                                                           CASE WHEN r.polwithcheck IS NOT NULL THEN ' WITH CHECK (' || pg_get_expr(r.polwithcheck, r.polrelid) || ')' ELSE '' END),
+                                                    'its expressions, read under the swap''s locks', finished);
+            END IF;
+        ELSIF d.classid = 'pg_statistic_ext'::regclass THEN
+            SELECT st.*, format('%I.%I', ns.nspname, st.stxname) AS qname INTO r
+              FROM pg_statistic_ext st JOIN pg_namespace ns ON ns.oid = st.stxnamespace WHERE st.oid = d.objid;
+            IF NOT pg_has_role(r.stxowner, 'USAGE') THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'statistics object', d.what, 'refuse', NULL, NULL,
+                                                    format('owned by %s, whom the caller cannot act as', r.stxowner::regrole), false);
+            ELSE
+                steps := steps || _pg_shard_id.step(670, 'swap', 'statistics object', d.what, 'carry', format('SHARE UPDATE EXCLUSIVE on %s', r.stxrelid::regclass),
+                                                    format('DROP STATISTICS %s; %s;', r.qname, pg_get_statisticsobjdef(r.oid))
+                                                    || CASE WHEN coalesce(r.stxstattarget::int, -1) >= 0 THEN format(' ALTER STATISTICS %s SET STATISTICS %s;', r.qname, r.stxstattarget) ELSE '' END
+                                                    || CASE WHEN NOT pg_has_role(r.stxowner, 'MEMBER') OR r.stxowner::regrole::text <> current_user::text
+                                                            THEN format(' ALTER STATISTICS %s OWNER TO %s;', r.qname, r.stxowner::regrole) ELSE '' END
+                                                    || coalesce(format(' COMMENT ON STATISTICS %s IS %L;', r.qname, obj_description(r.oid, 'pg_statistic_ext')), ''),
+                                                    'its definition, read under the swap''s locks (the next ANALYZE gathers its statistics)', finished);
+            END IF;
+        ELSIF d.classid = 'pg_publication_rel'::regclass THEN
+            SELECT pr.*, p.pubname, p.pubowner INTO r FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid WHERE pr.oid = d.objid;
+            IF NOT pg_has_role(r.pubowner, 'USAGE') THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'publication', d.what, 'refuse', NULL, NULL,
+                                                    format('owned by %s, whom the caller cannot act as', r.pubowner::regrole), false);
+            ELSE
+                steps := steps || _pg_shard_id.step(670, 'swap', 'publication', d.what, 'carry', NULL,
+                                                    format('ALTER PUBLICATION %I DROP TABLE %s; ALTER PUBLICATION %I ADD TABLE %s%s%s;', r.pubname, r.prrelid::regclass,
+                                                           r.pubname, r.prrelid::regclass,
+                                                           CASE WHEN r.prattrs IS NOT NULL
+                                                                THEN ' (' || (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY a.attnum) FROM pg_attribute a
+                                                                               WHERE a.attrelid = r.prrelid AND a.attnum = ANY (r.prattrs::int2[])) || ')' ELSE '' END,
+                                                           CASE WHEN r.prqual IS NOT NULL THEN ' WHERE (' || pg_get_expr(r.prqual, r.prrelid) || ')' ELSE '' END),
+                                                    'its column list and row filter, read under the swap''s locks', finished);
+            END IF;
+        ELSIF d.classid = 'pg_proc'::regclass AND (SELECT prosqlbody IS NOT NULL FROM pg_proc WHERE oid = d.objid) THEN
+            SELECT p.proowner INTO r FROM pg_proc p WHERE p.oid = d.objid;
+            IF NOT pg_has_role(r.proowner, 'USAGE') OR d.old_type <> 'bigint' THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'function', d.what, 'refuse', NULL, NULL,
+                                                    CASE WHEN d.old_type <> 'bigint'
+                                                         THEN format('%s.%I is %s and its new column bigint: the types in the function may change; drop it, convert, create it again', d.rel, d.old_column, d.old_type)
+                                                         ELSE format('owned by %s, whom the caller cannot act as', r.proowner::regrole) END, false);
+            ELSE
+                steps := steps || _pg_shard_id.step(670, 'swap', 'function', d.what, 'carry', NULL, pg_get_functiondef(d.objid),
+                                                    'its SQL-standard body, read under the swap''s locks', finished);
+            END IF;
+        ELSIF d.classid <> 'pg_attrdef'::regclass THEN
+            d.classid := 0;
+        END IF;
+        IF d.classid = 'pg_attrdef'::regclass THEN
+            SELECT ad.adrelid, ad.adnum, ad.adbin, a.attname, a.attgenerated INTO r
+              FROM pg_attrdef ad JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum WHERE ad.oid = d.objid;
+            what := format('column %s.%I', r.adrelid::regclass, r.attname);
+            IF r.adnum = d.old_attnum AND r.adrelid = d.rel THEN
+                NULL;  -- the old column's own DEFAULT: it keeps it (the 'kept' step)
+            ELSIF r.attgenerated = '' THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'unknown', d.what, 'refuse', NULL, NULL,
+                                                    format('depends on %s.%I, and no rule of the conversion knows it', d.rel, d.old_column), false);
+            ELSIF r.attgenerated = 'v' THEN
+                steps := steps || _pg_shard_id.step(670, 'swap', 'generated column', what, 'carry', NULL,
+                                                    format('ALTER TABLE %s ALTER COLUMN %I SET EXPRESSION AS (%s)', r.adrelid::regclass, r.attname, pg_get_expr(r.adbin, r.adrelid)),
+                                                    'virtual: computed when read, no rewrite', finished);
+            ELSE
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'generated column', what, 'refuse', NULL,
+                                                    format('ALTER TABLE %s ALTER COLUMN %I DROP EXPRESSION', r.adrelid::regclass, r.attname),
+                                                    format('stored and computed from %I: PostgreSQL computes it again only by rewriting the table under ACCESS EXCLUSIVE (SET EXPRESSION, PostgreSQL 17 and later); make it a plain column (this statement), or drop it, convert and add it again',
+                                                           d.old_column), false);
+            END IF;
+        ELSIF d.classid = 0 THEN
+            steps := steps || _pg_shard_id.step(0, 'prepare', 'unknown', d.what, 'refuse', NULL, NULL,
+                                                format('depends on %s.%I (pg_depend, deptype %s), and no rule of the conversion knows it', d.rel, d.old_column, d.deptype), false);
+        END IF;
+    END LOOP;
+
+    -- ---- each index on a moved column (a constraint's, or plain): a twin built concurrently on
+    -- the new column (on each leaf of a partitioned index), swapped in under the old name ----
+    FOR i IN 1 .. coalesce(array_length(indexes, 1), 0) LOOP
+        SELECT k.oid::regclass AS idx, k.relname, k.relkind, ns.nspname, ix.indrelid::regclass AS rel, ix.indisreplident, ix.indisclustered,
+               obj_description(k.oid, 'pg_class') AS note, con.conname, con.contype, con.condeferrable, con.condeferred
+          INTO r FROM pg_class k JOIN pg_namespace ns ON ns.oid = k.relnamespace JOIN pg_index ix ON ix.indexrelid = k.oid
+          LEFT JOIN pg_constraint con ON con.oid = indexes[i][2]
+         WHERE k.oid = indexes[i][1];
+        kind := CASE r.contype WHEN 'p' THEN 'primary key' WHEN 'u' THEN 'unique constraint' ELSE 'index' END;
+        what := CASE WHEN r.conname IS NOT NULL THEN format('constraint %I on %s', r.conname, r.rel) ELSE format('index %I.%I', r.nspname, r.relname) END;
+        stmt := CASE r.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'u' THEN 'UNIQUE' END;  -- the constraint's kind
+        FOR c IN SELECT l.relid::regclass AS leaf_index, lx.indrelid::regclass AS leaf, lk.relname AS leaf_index_name, ln.nspname,
+                        (SELECT lc.conname FROM pg_constraint lc WHERE lc.conindid = l.relid AND lc.contype IN ('p', 'u')) AS leaf_conname,
+                        _pg_shard_id.derived_name(lk.relname, '_shard_id_twin') AS twin
+                   FROM pg_partition_tree(r.idx) l JOIN pg_index lx ON lx.indexrelid = l.relid
+                   JOIN pg_class lk ON lk.oid = l.relid JOIN pg_namespace ln ON ln.oid = lk.relnamespace
+                  WHERE l.isleaf
+                 UNION ALL
+                 SELECT r.idx, r.rel, r.relname, r.nspname, r.conname, _pg_shard_id.derived_name(r.relname, '_shard_id_twin')
+                  WHERE r.relkind = 'i'
+                  ORDER BY 2 LOOP
+            SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
+              INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = c.leaf;
+            steps := steps || _pg_shard_id.step(300, 'indexes', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build',
+                                                format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.leaf),
+                                                CASE WHEN prepared THEN _pg_shard_id.index_statement(c.leaf_index, c.twin, moves.olds, moves.news, 'concurrently')
+                                                     ELSE format('-- after the prepare: %s, with the new column in place of the old', pg_get_indexdef(c.leaf_index)) END,
+                                                format('its twin %I, swapped in at the finish', c.twin),
+                                                finished OR EXISTS (SELECT FROM pg_class t JOIN pg_index ti ON ti.indexrelid = t.oid
+                                                                     WHERE t.relname = c.twin AND ti.indrelid = c.leaf AND ti.indisvalid));
+            IF r.relkind = 'I' AND r.contype IS NOT NULL THEN
+                steps := steps || _pg_shard_id.step(625, 'swap', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build', NULL,
+                                                    format('ALTER TABLE %s ADD CONSTRAINT %I %s USING INDEX %I', c.leaf, c.leaf_conname, stmt, c.twin),
+                                                    'the partition''s constraint, from its twin (the partitioned table''s, below, attaches it)', finished);
+            ELSIF r.relkind = 'I' THEN
+                steps := steps || _pg_shard_id.step(635, 'swap', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'rename', NULL,
+                                                    format('ALTER INDEX %I.%I RENAME TO %I', c.nspname, c.twin, c.leaf_index_name),
+                                                    'the partition''s twin, attached, takes the old name', finished);
+            END IF;
+        END LOOP;
+        SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
+          INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = r.rel;
+        twin := _pg_shard_id.derived_name(r.relname, '_shard_id_twin');
+        steps := steps || _pg_shard_id.step(610, 'swap', kind, what, 'drop', NULL,
+                                            CASE WHEN r.conname IS NOT NULL THEN format('ALTER TABLE %s DROP CONSTRAINT %I', r.rel, r.conname)
+                                                 ELSE format('DROP INDEX %I.%I', r.nspname, r.relname) END,
+                                            'the old one', finished);
+        steps := steps || _pg_shard_id.step(630, 'swap', kind, what, CASE WHEN r.relkind = 'i' AND r.conname IS NULL THEN 'rename' ELSE 'build' END, NULL,
+                                            CASE WHEN r.relkind = 'i' AND r.conname IS NULL
+                                                 THEN format('ALTER INDEX %I.%I RENAME TO %I', r.nspname, twin, r.relname)
+                                                 WHEN r.relkind = 'i'
+                                                 THEN format('ALTER TABLE %s ADD CONSTRAINT %I %s USING INDEX %I', r.rel, r.conname, stmt, twin)
+                                                 WHEN NOT prepared THEN NULL
+                                                 WHEN r.conname IS NULL
+                                                 THEN _pg_shard_id.index_statement(r.idx, r.relname, moves.olds, moves.news, 'parent')
+                                                 ELSE format('ALTER TABLE %s ADD CONSTRAINT %I %s (%s)', r.rel, r.conname, stmt,
+                                                             (SELECT string_agg(quote_ident(a.attname), ', ' ORDER BY k.i)
+                                                                FROM unnest((SELECT indkey::int2[] FROM pg_index WHERE indexrelid = r.idx)) WITH ORDINALITY k(attnum, i)
+                                                                JOIN pg_attribute a ON a.attrelid = r.rel
+                                                                 AND a.attnum = coalesce(moves.news[array_position(moves.olds, k.attnum)], k.attnum)))
+                                            END || CASE WHEN r.condeferrable THEN ' DEFERRABLE' || CASE WHEN r.condeferred THEN ' INITIALLY DEFERRED' ELSE '' END ELSE '' END,
+                                            CASE WHEN r.relkind = 'i' THEN 'from the twin built concurrently: no scan'
+                                                 ELSE 'on the partitioned table: attaches each partition''s twin, builds nothing' END, finished);
+        IF r.note IS NOT NULL THEN
+            steps := steps || _pg_shard_id.step(640, 'swap', kind, what, 'carry', NULL,
+                                                format('COMMENT ON INDEX %I.%I IS %L', r.nspname, r.relname, r.note), 'its comment', finished);
+        END IF;
+        IF r.indisreplident THEN
+            steps := steps || _pg_shard_id.step(640, 'swap', kind, what, 'carry', NULL,
+                                                format('ALTER TABLE %s REPLICA IDENTITY USING INDEX %I', r.rel, coalesce(r.conname, r.relname)),
+                                                'the table''s replica identity', finished);
+        END IF;
+        IF r.indisclustered THEN
+            steps := steps || _pg_shard_id.step(640, 'swap', kind, what, 'carry', NULL,
+                                                format('ALTER TABLE %s CLUSTER ON %I', r.rel, coalesce(r.conname, r.relname)),
+                                                'the table''s CLUSTER mark', finished);
+        END IF;
+    END LOOP;
+
+    -- ---- the properties of each moved column that are not objects of their own ----
+    FOR c IN SELECT cc.*, a.attacl, a.attstattarget, a.attoptions, col_description(cc.rel, cc.old_attnum) AS note
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_attribute a ON a.attrelid = cc.rel AND a.attnum = cc.old_attnum LOOP
+        what := format('column %s.%I', c.rel, c.old_column);
+        FOR x IN SELECT g.privilege_type, g.is_grantable, CASE WHEN g.grantee = 0 THEN 'PUBLIC' ELSE g.grantee::regrole::text END AS grantee
+                   FROM aclexplode(c.attacl) g ORDER BY 3, 1 LOOP
+            steps := steps || _pg_shard_id.step(640, 'swap', 'column privileges', what, 'carry', NULL,
+                                                format('GRANT %s (%I) ON %s TO %s%s', x.privilege_type, c.new_column, c.rel, x.grantee,
+                                                       CASE WHEN x.is_grantable THEN ' WITH GRANT OPTION' ELSE '' END),
+                                                'granted on the new column (the old keeps it)', finished);
+        END LOOP;
+        IF c.note IS NOT NULL THEN
+            steps := steps || _pg_shard_id.step(640, 'swap', 'column comment', what, 'carry', NULL,
+                                                format('COMMENT ON COLUMN %s.%I IS %L', c.rel, c.new_column, c.note), NULL, finished);
+        END IF;
+        FOR x IN SELECT l.provider, l.label FROM pg_seclabel l
+                  WHERE l.classoid = 'pg_class'::regclass AND l.objoid = c.rel AND l.objsubid = c.old_attnum LOOP
+            steps := steps || _pg_shard_id.step(640, 'swap', 'column security label', what, 'carry', NULL,
+                                                format('SECURITY LABEL FOR %I ON COLUMN %s.%I IS %L', x.provider, c.rel, c.new_column, x.label), NULL, finished);
+        END LOOP;
+        IF coalesce(c.attstattarget::int, -1) >= 0 THEN
+            steps := steps || _pg_shard_id.step(640, 'swap', 'column settings', what, 'carry', NULL,
+                                                format('ALTER TABLE %s ALTER COLUMN %I SET STATISTICS %s', c.rel, c.new_column, c.attstattarget), NULL, finished);
+        END IF;
+        -- (the options ALTER COLUMN ... SET takes; a server may keep others of its own there)
+        stmt := (SELECT string_agg(o, ', ') FROM unnest(c.attoptions) o WHERE o ~ '^(n_distinct|n_distinct_inherited)=');
+        IF stmt IS NOT NULL THEN
+            steps := steps || _pg_shard_id.step(640, 'swap', 'column settings', what, 'carry', NULL,
+                                                format('ALTER TABLE %s ALTER COLUMN %I SET (%s)', c.rel, c.new_column, stmt), NULL, finished);
+        END IF;
+    END LOOP;
+
+    -- ---- the user's triggers and rules the batches' UPDATEs would fire ----
+    FOR x IN SELECT * FROM _pg_shard_id.conversion_triggers(tbl, key_column, new_column) LOOP
+        what := format('%s %I on %s', x.what, x.name, x.rel);
+        IF fire_triggers THEN
+            steps := steps || _pg_shard_id.step(400, 'convert', 'user trigger or rule fired by the batches', what, 'fire', NULL, NULL,
+                                                'fires for each row of each batch (fire_triggers => true)', false);
+        ELSIF x.enabled IN ('A', 'R') THEN
+            steps := steps || _pg_shard_id.step(0, 'prepare', 'user trigger or rule fired by the batches', what, 'refuse', NULL, NULL,
+                                                format('enabled %s: it would fire for each row of each batch even with session_replication_role = replica',
+                                                       CASE x.enabled WHEN 'A' THEN 'ALWAYS' ELSE 'REPLICA' END), false);
+        ELSIF NOT may_quiet THEN
+            steps := steps || _pg_shard_id.step(0, 'prepare', 'user trigger or rule fired by the batches', what, 'refuse', NULL, NULL,
+                                                'it would fire for each row of each batch: the batches silence it with session_replication_role = replica, which the caller may not set', false);
+        ELSE
+            steps := steps || _pg_shard_id.step(400, 'convert', 'user trigger or rule fired by the batches', what, 'quiet', NULL, NULL,
+                                                'does not fire: the batches run with session_replication_role = replica', false);
+        END IF;
+    END LOOP;
+
+    -- ---- the conversion's own steps ----
+    -- the prepare: the new columns, the new column's DEFAULT, the triggers for rows written meanwhile
+    steps := steps || _pg_shard_id.step(100, 'prepare', 'old key column', format('table %s', tbl), 'add', format('ACCESS EXCLUSIVE on %s, catalog only (no rewrite)', tbl),
+                                        format('ALTER TABLE %s ADD COLUMN %I bigint; ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s);',
+                                               tbl, new_column, tbl, new_column, seq::text, shard)
+                                        || format(' CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS NULL AND NEW.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_row(%L, %L, %L, %L);',
+                                                  fill_trigger, tbl, new_column, time_column, new_column, time_column, _pg_shard_id.qualified(seq), shard),
+                                        'the new column; rows inserted from now on get live ids, a row an UPDATE moves behind the batches gets its id from the trigger', prepared);
+    FOR c IN SELECT DISTINCT ON (ref.rel, ref.fk_column) ref.*,
+                    (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column) AS key_type
+               FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref ORDER BY ref.rel, ref.fk_column LOOP
+        trigger_name := _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column);
+        steps := steps || _pg_shard_id.step(110, 'prepare', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_column), 'add',
+                                            format('ACCESS EXCLUSIVE on %s, catalog only (no rewrite)', c.rel),
+                                            format('ALTER TABLE %s ADD COLUMN %I bigint;', c.rel, c.fk_new_column)
+                                            || format(' CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW WHEN (NEW.%I IS NOT NULL AND NEW.%I IS NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L);',
+                                                      trigger_name, c.rel, c.fk_column, c.fk_new_column, c.fk_column, c.fk_new_column, _pg_shard_id.qualified(tbl), key_column, c.key_type, new_column)
+                                            || format(' CREATE TRIGGER %I BEFORE UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS DISTINCT FROM OLD.%I OR (NEW.%I IS NOT NULL AND NEW.%I IS NULL)) EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L);',
+                                                      _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_update'), c.rel, c.fk_column, c.fk_column,
+                                                      c.fk_column, c.fk_new_column, c.fk_column, c.fk_new_column, _pg_shard_id.qualified(tbl), key_column, c.key_type, new_column),
+                                            'the new referencing column; rows written from now on get the new id of the row they reference', prepared);
+    END LOOP;
+    -- the indexes: a lookup index on each new referencing column, unless a twin of an index of
+    -- the old one serves (the primary key's twin, and any other index's, are above)
+    FOR c IN SELECT u.*, (SELECT attnum FROM pg_attribute WHERE attrelid = u.rel AND attname = u.fk_column) AS fk_attnum
+               FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u WHERE u.kind = 'child' LOOP
+        CONTINUE WHEN EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.rel AND i.indkey[0] = c.fk_attnum AND i.indpred IS NULL);
+        twin := _pg_shard_id.derived_name((SELECT relname FROM pg_class WHERE oid = c.rel) || '_' || c.fk_new_column, '_idx');
+        steps := steps || _pg_shard_id.step(300, 'indexes', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_new_column), 'build',
+                                            format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.rel),
+                                            format('CREATE INDEX CONCURRENTLY %I ON %s (%I)', twin, c.rel, c.fk_new_column),
+                                            'the foreign key''s lookups after the swap (ON DELETE, ON UPDATE)',
+                                            finished OR EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                                                                 WHERE i.indrelid = c.rel AND a.attname = c.fk_new_column AND i.indisvalid AND i.indpred IS NULL));
+    END LOOP;
+    -- the batches, by ranges of heap blocks ($1, $2), then the sweeps through the new columns' indexes
+    FOR c IN SELECT * FROM _pg_shard_id.fill_statements(tbl, key_column, new_column, time_column, seq, shard) LOOP
+        steps := steps || _pg_shard_id.step(CASE WHEN c.unit IS NULL THEN 420 ELSE 410 END, 'convert', 'old key column', format('table %s', c.rel), 'fill',
+                                            format('ROW EXCLUSIVE on %s; each batch''s rows', c.rel), c.statement,
+                                            CASE WHEN c.unit IS NULL THEN 'the sweep: rows still without an id'
+                                                 WHEN c.kind = 'table' THEN 'each row''s id at its own time, a batch of blocks per transaction'
+                                                 ELSE 'each referencing row gets the new id of the row it references' END, false);
+    END LOOP;
+    -- the finish, before the swap: NOT NULL proved by CHECKs validated while writes go on, what
+    -- transactions in flight left filled first; the new column's statistics
+    steps := steps || _pg_shard_id.step(500, 'finish', 'not-null constraint', format('column %s.%I', tbl, new_column), 'build',
+                                        format('ACCESS EXCLUSIVE on %s, catalog only', tbl),
+                                        format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID', tbl, new_check, new_column),
+                                        'NOT NULL, proved before the swap', finished OR EXISTS (SELECT FROM pg_constraint WHERE conrelid = tbl AND conname = new_check));
+    steps := steps || _pg_shard_id.step(510, 'finish', 'not-null constraint', format('column %s.%I', tbl, new_column), 'check',
+                                        format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', tbl),
+                                        format('ALTER TABLE %s VALIDATE CONSTRAINT %I', tbl, new_check),
+                                        'the sweeps first (rows transactions in flight left without an id), then every row checked',
+                                        finished OR EXISTS (SELECT FROM pg_constraint WHERE conrelid = tbl AND conname = new_check AND convalidated));
+    FOR c IN SELECT DISTINCT ON (ref.rel, ref.fk_column) ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref
+              ORDER BY ref.rel, ref.fk_column LOOP
+        trigger_name := _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column);  -- (also its CHECK's name)
+        steps := steps || _pg_shard_id.step(500, 'finish', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_new_column), 'build',
+                                            format('ACCESS EXCLUSIVE on %s, catalog only', c.rel),
+                                            format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NULL OR %I IS NOT NULL) NOT VALID', c.rel, trigger_name, c.fk_column, c.fk_new_column)
+                                            || CASE WHEN c.not_null THEN format('; ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID', c.rel,
+                                                                                _pg_shard_id.derived_name('shard_id_convert_nn_', c.fk_new_column), c.fk_new_column) ELSE '' END,
+                                            'a new id wherever there is an old key', finished OR EXISTS (SELECT FROM pg_constraint WHERE conrelid = c.rel AND conname = trigger_name));
+        steps := steps || _pg_shard_id.step(510, 'finish', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_new_column), 'check',
+                                            format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.rel),
+                                            format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.rel, trigger_name)
+                                            || CASE WHEN c.not_null THEN format('; ALTER TABLE %s VALIDATE CONSTRAINT %I', c.rel,
+                                                                                _pg_shard_id.derived_name('shard_id_convert_nn_', c.fk_new_column)) ELSE '' END,
+                                            'the sweeps first (rows transactions in flight left without an id), then every row checked',
+                                            finished OR EXISTS (SELECT FROM pg_constraint WHERE conrelid = c.rel AND conname = trigger_name AND convalidated));
+    END LOOP;
+    steps := steps || _pg_shard_id.step(520, 'finish', 'planner statistics', format('column %s.%I', tbl, new_column), 'build',
+                                        format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', tbl),
+                                        format('ANALYZE %s', tbl), 'plans after the swap see the new column''s values (and every statistics object''s)',
+                                        finished OR EXISTS (SELECT FROM pg_stats st JOIN pg_class k ON k.relname = st.tablename
+                                                              JOIN pg_namespace ns ON ns.oid = k.relnamespace AND ns.nspname = st.schemaname
+                                                             WHERE k.oid = tbl AND st.attname = new_column));
+    -- the swap: one transaction
+    steps := steps || _pg_shard_id.step(600, 'swap', 'old key column', format('table %s', tbl), 'lock', 'ACCESS EXCLUSIVE on each, lock_timeout 10 s',
+                                        (SELECT 'LOCK TABLE ' || string_agg(t.top::text, ', ' ORDER BY t.top <> tbl, t.top::oid) || ' IN ACCESS EXCLUSIVE MODE'
+                                           FROM (SELECT DISTINCT cc.top FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc) t),
+                                        'the table, then each referencing table (the order writers take them in: an insert into a referencing table checks the table), until the commit; no scan runs under the locks', finished);
+    FOR c IN SELECT ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref LOOP
+        steps := steps || _pg_shard_id.step(605, 'swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.rel), 'drop', NULL,
+                                            format('ALTER TABLE %s DROP CONSTRAINT %I', c.rel, c.conname), 'made again on the new columns below', finished);
+    END LOOP;
+    FOR c IN SELECT DISTINCT ON (ref.rel, ref.fk_column) ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref
+              ORDER BY ref.rel, ref.fk_column LOOP
+        steps := steps || _pg_shard_id.step(605, 'swap', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_column), 'drop', NULL,
+                                            format('DROP TRIGGER %I ON %s; DROP TRIGGER %I ON %s', _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column), c.rel,
+                                                   _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_update'), c.rel),
+                                            'the conversion''s triggers', finished);
+        IF c.not_null THEN
+            steps := steps || _pg_shard_id.step(620, 'swap', 'not-null constraint', format('column %s.%I', c.rel, c.fk_new_column), 'build', NULL,
+                                                format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', c.rel, c.fk_new_column), 'proved by the CHECK validated before: no scan', finished);
+        END IF;
+        steps := steps || _pg_shard_id.step(650, 'swap', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_column), 'rename', NULL,
+                                            format('ALTER TABLE %s RENAME COLUMN %I TO %I; ALTER TABLE %s RENAME COLUMN %I TO %I',
+                                                   c.rel, c.fk_column, _pg_shard_id.derived_name(c.fk_column, '_before_shard_id'), c.rel, c.fk_new_column, c.fk_column),
+                                            'the new column takes the old one''s name', finished);
+        steps := steps || _pg_shard_id.step(660, 'swap', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_column), 'drop', NULL,
+                                            CASE WHEN c.not_null THEN format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL; ALTER TABLE %s DROP CONSTRAINT %I; ',
+                                                                             c.rel, _pg_shard_id.derived_name(c.fk_column, '_before_shard_id'),
+                                                                             c.rel, _pg_shard_id.derived_name('shard_id_convert_nn_', c.fk_new_column)) ELSE '' END
+                                            || format('ALTER TABLE %s DROP CONSTRAINT %I', c.rel, _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column)),
+                                            'the old column is no longer given; the conversion''s CHECKs', finished);
+    END LOOP;
+    steps := steps || _pg_shard_id.step(605, 'swap', 'old key column', format('table %s', tbl), 'drop', NULL,
+                                        format('DROP TRIGGER %I ON %s', fill_trigger, tbl), 'the conversion''s trigger', finished);
+    steps := steps || _pg_shard_id.step(620, 'swap', 'not-null constraint', format('column %s.%I', tbl, new_column), 'build', NULL,
+                                        format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, new_column), 'proved by the CHECK validated before: no scan', finished);
+    steps := steps || _pg_shard_id.step(650, 'swap', 'old key column', format('column %s.%I', tbl, key_column), 'rename', NULL,
+                                        format('ALTER TABLE %s RENAME COLUMN %I TO %I; ALTER TABLE %s RENAME COLUMN %I TO %I',
+                                               tbl, key_column, _pg_shard_id.derived_name(key_column, '_before_shard_id'), tbl, new_column, key_column),
+                                        'the new column takes the key''s name', finished);
+    steps := steps || _pg_shard_id.step(660, 'swap', 'old key column', format('column %s.%I', tbl, key_column), 'drop', NULL,
+                                        CASE WHEN (SELECT attidentity = '' FROM pg_attribute WHERE attrelid = tbl AND attnum = key_attnum)
+                                                  AND key_attnum <> ALL (coalesce((SELECT partattrs::int2[] FROM pg_partitioned_table WHERE partrelid = tbl), '{}'))
+                                             THEN format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL; ', tbl, _pg_shard_id.derived_name(key_column, '_before_shard_id')) ELSE '' END
+                                        || format('ALTER TABLE %s DROP CONSTRAINT %I', tbl, new_check),
+                                        'the old key is no longer given (an identity stays NOT NULL); the conversion''s CHECK', finished);
+    FOR c IN SELECT ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref LOOP
+        steps := steps || _pg_shard_id.step(680, 'swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.rel), 'carry', NULL,
+                                            format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', c.rel, c.conname,
+                                                   regexp_replace(c.def, '^FOREIGN KEY \([^)]*\) REFERENCES [^(]*\([^)]*\)',
+                                                                  format('FOREIGN KEY (%I) REFERENCES %s(%I)', c.fk_column, tbl, key_column))),
+                                            'its actions as they were, on the new columns; enforced from here on, validated after the commit', finished);
+        steps := steps || _pg_shard_id.step(700, 'after the swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.rel), 'check',
+                                            format('SHARE UPDATE EXCLUSIVE on %s, ROW SHARE on %s (writes go on)', c.rel, tbl),
+                                            format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.rel, c.conname), 'every referencing row',
+                                            finished AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = c.rel AND conname = c.conname AND contype = 'f'
+                                                                    AND confrelid = tbl AND convalidated));
+    END LOOP;
+    steps := steps || _pg_shard_id.step(690, 'swap', 'old key column', format('table %s', tbl), 'record', NULL,
+                                        format('UPDATE _pg_shard_id.conversions SET phase = %L, updated_at = clock_timestamp() WHERE relid = %L::regclass',
+                                               'finished', tbl::text),
+                                        NULL, finished);
+    steps := steps || _pg_shard_id.step(900, 'kept', 'old key column', format('column %s.%I', tbl, key_column), 'keep', NULL, NULL,
+                                        format('kept as %I, with its values and its DEFAULT or identity (it goes on drawing from its sequence until you drop it)',
+                                               _pg_shard_id.derived_name(key_column, '_before_shard_id')), true);
+    -- (each place made unique, in the order the steps were listed)
+    RETURN QUERY SELECT u.ord * 100000 + u.i::integer, u.phase, u.kind, u.object, u.action, u.lock, u.statement, u.detail, u.done
+                   FROM unnest(steps) WITH ORDINALITY u(ord, phase, kind, object, action, lock, statement, detail, done, i)
+                  ORDER BY 1;
+END $$;
+
+-- The plan of a conversion, before anything changes: one row per step and per object attached
+-- to the key (or to a column that references it), saying what will be added, built, carried,
+-- kept or refused, with the lock it takes and the statement that runs. After the prepare, called
+-- with the table alone, it reads the recorded conversion and says what is done.
+CREATE FUNCTION shard_id_convert_plan(tbl regclass, time_column name DEFAULT NULL, seq regclass DEFAULT NULL,
+                                      shard integer DEFAULT NULL, new_column name DEFAULT 'shard_id',
+                                      fire_triggers boolean DEFAULT false, subscribers_ready boolean DEFAULT false)
+RETURNS TABLE (step integer, phase text, object text, kind text, action text, lock text, statement text, detail text, done boolean)
+LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+BEGIN
+    IF tbl IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: shard_id_convert_plan needs a table' USING ERRCODE = '22004';
+    END IF;
+    IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = tbl), 'USAGE') THEN
+        RAISE EXCEPTION 'pg_shard_id: only the owner of % can convert it', tbl USING ERRCODE = '42501';
+    END IF;
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    IF state.relid IS NOT NULL THEN
+        IF state.phase = 'finished' THEN
+            RETURN QUERY SELECT 1, 'after the swap'::text, format('table %s', tbl), 'old key column'::text, 'keep'::text, NULL::text, NULL::text,
+                                format('converted: %I holds the time-ordered ids', state.key_column), true;
+            RETURN;
+        END IF;
+        time_column := state.time_column; seq := state.seq; shard := state.shard; new_column := state.new_column;
+        fire_triggers := state.fire_triggers; subscribers_ready := state.subscribers_ready;
+    ELSIF time_column IS NULL OR seq IS NULL OR shard IS NULL OR new_column IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: % is not prepared: its plan needs the time column, sequence and shard', tbl
+            USING ERRCODE = '22004', HINT = format('SELECT * FROM shard_id_convert_plan(%L, time_column, sequence, shard)', tbl::text);
+    END IF;
+    RETURN QUERY
+        SELECT (row_number() OVER (ORDER BY i.ord))::integer, i.phase, i.object, i.kind, i.action, i.lock, i.statement, i.detail, i.done
+          FROM _pg_shard_id.conversion_inventory(tbl, time_column, seq, shard, new_column, fire_triggers, subscribers_ready) i
+         ORDER BY i.ord;
+END $$;
 
 -- The id a converted row gets: one at its own time (next_shard_id_at), or a live id when its time
 -- is less than 1.5 s past, or ahead (next_shard_id_at refuses times within 1 s of the clock, and
@@ -131,8 +1058,7 @@ $$;
 
 -- Fills the new column of a row an UPDATE or INSERT left without one (a row moved behind the
 -- batches, or inserted with the column named and NULL); the trigger's WHEN clause calls it only
--- then. A row whose time is less than 1 second past (or ahead) gets a live id: its time has no
--- past id yet. TG_ARGV: new column, time column, sequence, shard.
+-- then. TG_ARGV: new column, time column, sequence, shard.
 CREATE FUNCTION _pg_shard_id.conversion_fill_row() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -165,18 +1091,67 @@ BEGIN
     RETURN NEW;
 END $$;
 
+-- The user's triggers and rules that the batches' UPDATEs would fire: on each relation the
+-- batches write, enabled, for UPDATE (an UPDATE OF trigger only when it lists the new column, the
+-- one the batches set), not the conversion's own.
+CREATE FUNCTION _pg_shard_id.conversion_triggers(tbl regclass, key_column name, new_column name)
+RETURNS TABLE (rel regclass, what text, name name, enabled "char")
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT u.rel, 'trigger', t.tgname, t.tgenabled
+      FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u JOIN pg_trigger t ON t.tgrelid = u.rel
+     WHERE NOT t.tgisinternal AND t.tgtype::int & 16 <> 0 AND t.tgenabled <> 'D'
+       AND t.tgfoid NOT IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure)
+       AND (cardinality(t.tgattr::int2[]) = 0
+            OR (SELECT attnum FROM pg_attribute WHERE attrelid = u.rel AND attname = coalesce(u.fk_new_column, new_column)) = ANY (t.tgattr::int2[]))
+    UNION ALL
+    SELECT u.rel, 'rule', w.rulename, w.ev_enabled
+      FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u JOIN pg_rewrite w ON w.ev_class = u.rel
+     WHERE w.ev_type = '2' AND w.rulename <> '_RETURN' AND w.ev_enabled <> 'D'
+     ORDER BY 1, 2, 3
+$$;
+
+
+-- The inventory of a prepared conversion, as recorded.
+CREATE FUNCTION _pg_shard_id.conversion_inventory(tbl regclass) RETURNS SETOF _pg_shard_id.conversion_step
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT i.* FROM _pg_shard_id.conversions c,
+           _pg_shard_id.conversion_inventory(c.relid::regclass, c.time_column, c.seq, c.shard, c.new_column,
+                                             c.fire_triggers, c.subscribers_ready) i
+     WHERE c.relid = tbl
+$$;
+
+-- The inventory's refusals as one ERROR (0A000), naming each object with why and what to do.
+CREATE FUNCTION _pg_shard_id.refuse(tbl regclass, refusals _pg_shard_id.conversion_step[]) RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF cardinality(refusals) > 0 THEN
+        RAISE EXCEPTION 'pg_shard_id: % cannot be converted as it is: % object% would not follow the new key',
+                        tbl, cardinality(refusals), CASE WHEN cardinality(refusals) > 1 THEN 's' ELSE '' END
+            USING ERRCODE = '0A000',
+                  DETAIL = (SELECT string_agg(format('%s (%s): %s%s', r.object, r.kind, r.detail,
+                                                     coalesce(format(' [%s]', r.statement), '')), E'\n' ORDER BY r.ord)
+                              FROM unnest(refusals) r),
+                  HINT = CASE WHEN EXISTS (SELECT FROM unnest(refusals) r WHERE r.kind = 'user trigger or rule fired by the batches')
+                              THEN 'The batches run with session_replication_role = replica so that triggers and rules do not fire: a superuser may convert, or GRANT SET ON PARAMETER session_replication_role TO the owner; or pass fire_triggers => true to fire them for every row. '
+                              ELSE '' END
+                         || format('SELECT * FROM shard_id_convert_plan(%L, ...) lists every step and object.', tbl::text);
+    END IF;
+END $$;
+
 CREATE PROCEDURE shard_id_convert_prepare(tbl regclass, time_column name, seq regclass, shard integer,
-                                          new_column name DEFAULT 'shard_id')
+                                          new_column name DEFAULT 'shard_id', fire_triggers boolean DEFAULT false,
+                                          subscribers_ready boolean DEFAULT false)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     state _pg_shard_id.conversions;
     key_column name;
-    u record;
-    missing text[];
+    plan _pg_shard_id.conversion_step[];
+    step _pg_shard_id.conversion_step;
     bad bigint;
     epoch_ts timestamptz;
 BEGIN
-    IF tbl IS NULL OR time_column IS NULL OR seq IS NULL OR shard IS NULL OR new_column IS NULL THEN
+    IF tbl IS NULL OR time_column IS NULL OR seq IS NULL OR shard IS NULL OR new_column IS NULL
+       OR fire_triggers IS NULL OR subscribers_ready IS NULL THEN
         RAISE EXCEPTION 'pg_shard_id: shard_id_convert_prepare takes no NULL argument' USING ERRCODE = '22004';
     END IF;
     IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = tbl), 'USAGE') THEN
@@ -194,21 +1169,7 @@ BEGIN
         RAISE NOTICE 'pg_shard_id: % is prepared already (%)', tbl, state.phase;
         RETURN;
     END IF;
-    -- the key: the one column of the primary key (of a partitioned table: the one that is not
-    -- in the partition key, which its primary key must hold)
-    SELECT array_agg(a.attname) INTO missing
-      FROM pg_constraint c JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = ANY (c.conkey)
-     WHERE c.conrelid = tbl AND c.contype = 'p'
-       AND a.attnum <> ALL (coalesce((SELECT p.partattrs::int2[] FROM pg_partitioned_table p WHERE p.partrelid = tbl), '{}'));
-    IF cardinality(missing) IS DISTINCT FROM 1 THEN
-        RAISE EXCEPTION 'pg_shard_id: % has no single-column primary key to convert', tbl
-            USING ERRCODE = '55000',
-                  DETAIL = CASE WHEN missing IS NULL THEN 'It has no primary key, or only partition key columns in it.'
-                                ELSE format('Its primary key has %s columns besides the partition key: %s.',
-                                            cardinality(missing), array_to_string(missing, ', ')) END;
-    END IF;
-    key_column := missing[1];
-    missing := NULL;
+    key_column := _pg_shard_id.conversion_key(tbl);
     IF (SELECT atttypid FROM pg_attribute WHERE attrelid = tbl AND attname = time_column AND NOT attisdropped)
        IS DISTINCT FROM 'timestamptz'::regtype THEN
         RAISE EXCEPTION 'pg_shard_id: %.% is not a timestamptz column', tbl, time_column
@@ -219,17 +1180,13 @@ BEGIN
         RAISE EXCEPTION 'pg_shard_id: % already has a column %', tbl, new_column
             USING ERRCODE = '42701', HINT = 'Name another with new_column => ...';
     END IF;
-    SELECT array_agg(format('%s (%s)', c.conrelid::regclass, c.conname)) INTO missing
-      FROM pg_constraint c WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
-       AND cardinality(c.confkey) > 1
-       AND (SELECT k.attnum FROM pg_attribute k WHERE k.attrelid = tbl AND k.attname = key_column) = ANY (c.confkey);
-    IF missing IS NOT NULL THEN
-        RAISE EXCEPTION 'pg_shard_id: composite foreign keys reference %: %', tbl, array_to_string(missing, ', ')
-            USING ERRCODE = '0A000';
-    END IF;
+    -- what would not follow the new key, or cannot be done: nothing is changed
+    plan := ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl, time_column, seq, shard, new_column,
+                                                                  fire_triggers, subscribers_ready) i);
+    PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT p FROM unnest(plan) p WHERE p.action = 'refuse'));
     -- every row needs a time the layout holds (a time less than 1.5 s past, or ahead of the
     -- clock, gets a live id: rows keep being inserted while this runs)
-    epoch_ts := (SELECT epoch FROM @extschema@.pg_shard_id_info());
+    epoch_ts := (SELECT i.epoch FROM @extschema@.pg_shard_id_info() i);
     EXECUTE format('SELECT count(*) FROM %s WHERE %I IS NULL OR %I < $1', tbl, time_column, time_column)
        INTO bad USING epoch_ts;
     IF bad > 0 THEN
@@ -241,87 +1198,100 @@ BEGIN
     -- stored yet), not at the first insert, when the new column has no index and would make new
     -- ids start 10 minutes ahead of the clock ("cannot tell")
     PERFORM @extschema@.next_shard_id(seq, shard);
-    EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', tbl, new_column);
-    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s)',
-                   tbl, new_column, seq::text, shard);
-    EXECUTE format('CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW '
-                   'WHEN (NEW.%I IS NULL AND NEW.%I IS NOT NULL) EXECUTE FUNCTION '
-                   '_pg_shard_id.conversion_fill_row(%L, %L, %L, %L)',
-                   'shard_id_convert_' || new_column, tbl, new_column, time_column,
-                   new_column, time_column, _pg_shard_id.qualified(seq), shard);
-    FOR u IN SELECT DISTINCT r.rel, r.fk_column, (r.fk_column || '_' || new_column)::name AS fk_new_column
-               FROM _pg_shard_id.conversion_references(tbl, key_column) r LOOP
-        EXECUTE format('ALTER TABLE %s ADD COLUMN %I bigint', u.rel, u.fk_new_column);
-        EXECUTE format('CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW '
-                       'WHEN (NEW.%I IS NOT NULL AND NEW.%I IS NULL) EXECUTE FUNCTION '
-                       '_pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L)',
-                       'shard_id_convert_' || u.fk_new_column, u.rel, u.fk_column, u.fk_new_column,
-                       u.fk_column, u.fk_new_column, _pg_shard_id.qualified(tbl), key_column,
-                       (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column),
-                       new_column);
-        EXECUTE format('CREATE TRIGGER %I BEFORE UPDATE ON %s FOR EACH ROW '
-                       'WHEN (NEW.%I IS DISTINCT FROM OLD.%I OR (NEW.%I IS NOT NULL AND NEW.%I IS NULL)) '
-                       'EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L)',
-                       'shard_id_convert_' || u.fk_new_column || '_update', u.rel, u.fk_column, u.fk_column,
-                       u.fk_column, u.fk_new_column, u.fk_column, u.fk_new_column, _pg_shard_id.qualified(tbl), key_column,
-                       (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column),
-                       new_column);
+    FOREACH step IN ARRAY plan LOOP
+        IF step.phase = 'prepare' AND step.action = 'add' THEN
+            EXECUTE step.statement;
+        END IF;
     END LOOP;
     INSERT INTO _pg_shard_id.conversions (relid, table_name, key_column, time_column, seq, shard, new_column,
-                                          rows_estimate, started_at, updated_at)
-    SELECT tbl, tbl::text, key_column, time_column, seq, shard, new_column,
+                                          fire_triggers, subscribers_ready, rows_estimate, started_at, updated_at)
+    SELECT tbl, tbl::text, key_column, time_column, seq, shard, new_column, fire_triggers, subscribers_ready,
            (SELECT sum(greatest(c.reltuples, 0))::bigint FROM pg_class c
-             WHERE c.oid IN (SELECT rel FROM _pg_shard_id.conversion_units(tbl, key_column, new_column))),
-           clock_timestamp(), clock_timestamp()
-    RETURNING * INTO state;
+             WHERE c.oid IN (SELECT u.rel FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u)),
+           clock_timestamp(), clock_timestamp();
     RAISE NOTICE '%', format('pg_shard_id: %s is prepared; build its indexes (SELECT * FROM shard_id_convert_indexes(%L) \gexec), then CALL shard_id_convert(%L)',
                              tbl, tbl::text, tbl::text);
 END $$;
 
--- The CREATE INDEX CONCURRENTLY statements a prepared conversion still needs (none: ready):
--- an index on each new column, which next_shard_id_at reads and the swap turns into the primary
--- key and the foreign keys' lookups. Run them in psql with \gexec.
+-- The CREATE INDEX CONCURRENTLY statements a prepared conversion still needs (none: ready): the
+-- twin of each index on a moved column (the primary key's among them), on the new column, and a
+-- lookup index on each new referencing column. Run them in psql with \gexec. An index a build
+-- left invalid (cancelled, or a duplicate found) is dropped first.
 CREATE FUNCTION shard_id_convert_indexes(tbl regclass) RETURNS SETOF text
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    state _pg_shard_id.conversions;
-    pk_columns text;
+    step _pg_shard_id.conversion_step;
+    invalid text;
 BEGIN
-    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
-    IF state.relid IS NULL OR state.phase = 'finished' THEN
-        RETURN;
-    END IF;
-    SELECT string_agg(quote_ident(CASE a.attname WHEN state.key_column THEN state.new_column ELSE a.attname END), ', ' ORDER BY k.i)
-      INTO pk_columns
-      FROM pg_constraint c, unnest(c.conkey) WITH ORDINALITY k(attnum, i)
-      JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = k.attnum
-     WHERE c.conrelid = tbl AND c.contype = 'p';
-    -- an index on each new column: next_shard_id_at reads the converted table's, and the swap
-    -- makes the primary key and the foreign keys' lookups from them
-    RETURN QUERY SELECT s.s FROM (
-        SELECT format('CREATE UNIQUE INDEX CONCURRENTLY ON %s (%I);', tbl, state.new_column) AS s
-         WHERE NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = tbl AND i.indisunique AND i.indisvalid
-                              AND i.indnkeyatts = 1 AND i.indpred IS NULL
-                              AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = tbl AND attname = state.new_column))
-           AND NOT EXISTS (SELECT FROM pg_partitioned_table p WHERE p.partrelid = tbl)
-        UNION ALL
-        -- (a partition's: unique on the primary key's columns with the new one in the key's place,
-        -- which the swap attaches to the partitioned table's new primary key)
-        SELECT CASE w.kind WHEN 'table' THEN format('CREATE UNIQUE INDEX CONCURRENTLY ON %s (%s);', w.rel, pk_columns)
-                           ELSE format('CREATE INDEX CONCURRENTLY ON %s (%I);', w.rel, w.fk_new_column) END
-          FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) w
-         WHERE NOT EXISTS (SELECT FROM pg_index i WHERE i.indrelid = w.rel AND i.indisvalid AND i.indpred IS NULL
-                              AND (i.indisunique OR w.kind = 'child')
-                              AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = w.rel
-                                                    AND attname = CASE w.kind WHEN 'table' THEN state.new_column ELSE w.fk_new_column END))
-           AND (w.kind = 'child' OR EXISTS (SELECT FROM pg_partitioned_table p WHERE p.partrelid = tbl))
-    ) s ORDER BY 1;
+    FOR step IN SELECT * FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'indexes' AND NOT i.done ORDER BY i.ord LOOP
+        -- (CREATE [UNIQUE] INDEX CONCURRENTLY name ON table ...: an index of that name on that
+        -- table, left invalid)
+        SELECT format('%I.%I', n.nspname, k.relname) INTO invalid
+          FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace JOIN pg_index i ON i.indexrelid = k.oid
+         WHERE NOT i.indisvalid
+           AND step.statement LIKE format('CREATE %%INDEX CONCURRENTLY %s ON %s %%', quote_ident(k.relname), i.indrelid::regclass);
+        IF invalid IS NOT NULL THEN
+            RETURN NEXT format('DROP INDEX CONCURRENTLY %s;', invalid);
+        END IF;
+        RETURN NEXT step.statement || ';';
+    END LOOP;
 END $$;
 
-CREATE PROCEDURE shard_id_convert(tbl regclass, batch_rows integer DEFAULT 10000)
--- (no SET clause: a procedure with one cannot COMMIT; every object of this extension is named
--- with its schema, and pg_catalog is searched first)
-LANGUAGE plpgsql AS $$
+-- One statement of a conversion's batches or finish (with $1 and $2, the batch's blocks; or,
+-- when they are NULL, any statements), with the user's triggers and rules silent:
+-- session_replication_role = replica for its duration only (the SET clause; it needs what SET
+-- needs: a superuser, or GRANT SET ON PARAMETER).
+CREATE FUNCTION _pg_shard_id.run_quietly(statement text, from_block bigint, to_block bigint) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET session_replication_role = replica AS $$
+DECLARE
+    done bigint;
+BEGIN
+    IF from_block IS NULL THEN
+        EXECUTE statement;  -- (it may be several statements: no parameters then)
+    ELSE
+        EXECUTE statement USING from_block, to_block;
+    END IF;
+    GET DIAGNOSTICS done = ROW_COUNT;
+    RETURN done;
+END $$;
+
+-- The same under the caller's search_path, which the user's trigger functions may need when they
+-- fire (fire_triggers => true). Its body names nothing, and the statements it runs name
+-- everything with its schema.
+CREATE FUNCTION _pg_shard_id.run_firing(statement text, from_block bigint, to_block bigint, caller_path text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE AS $$
+DECLARE
+    done bigint;
+BEGIN
+    PERFORM pg_catalog.set_config('search_path', caller_path, true);
+    IF from_block IS NULL THEN
+        EXECUTE statement;
+    ELSE
+        EXECUTE statement USING from_block, to_block;
+    END IF;
+    GET DIAGNOSTICS done = ROW_COUNT;
+    RETURN done;
+END $$;
+
+-- A statement of tbl's conversion, run so that the user's triggers and rules fire only when asked:
+-- quietly when the batches would fire some (fire_triggers => false), otherwise under the caller's
+-- search_path (restored when this returns).
+CREATE FUNCTION _pg_shard_id.run(tbl regclass, statement text, from_block bigint, to_block bigint, caller_path text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+BEGIN
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    IF NOT state.fire_triggers AND EXISTS (SELECT FROM _pg_shard_id.conversion_triggers(tbl, state.key_column, state.new_column)) THEN
+        RETURN _pg_shard_id.run_quietly(statement, from_block, to_block);
+    END IF;
+    RETURN _pg_shard_id.run_firing(statement, from_block, to_block, caller_path);
+END $$;
+
+-- One transaction of shard_id_convert: one batch (a range of heap blocks of the current unit),
+-- or, when every unit is done, the sweep. Returns whether there is more to do.
+CREATE FUNCTION _pg_shard_id.convert_step(tbl regclass, batch_rows integer, caller_path text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     state _pg_shard_id.conversions;
     u record;
@@ -329,8 +1299,89 @@ DECLARE
     blocks bigint;
     step bigint;
     done bigint;
-    t0 timestamptz;
-    id_expression text;
+    t0 timestamptz := clock_timestamp();
+BEGIN
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    IF state.relid IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: % is not prepared for conversion', tbl
+            USING ERRCODE = '55000', HINT = 'CALL shard_id_convert_prepare(table, time_column, sequence, shard) first.';
+    END IF;
+    IF state.phase IN ('filled', 'finished') THEN
+        RAISE NOTICE '%', CASE state.phase WHEN 'finished' THEN format('pg_shard_id: %s was converted already', tbl)
+                          ELSE format('pg_shard_id: every row of %s has its time-ordered id in %I; CALL shard_id_convert_finish(%L) swaps it in',
+                                      tbl, state.new_column, tbl::text) END;
+        RETURN false;
+    END IF;
+    IF state.phase = 'prepared' THEN
+        missing := ARRAY(SELECT @extschema@.shard_id_convert_indexes(tbl));
+        IF cardinality(missing) > 0 THEN
+            RAISE EXCEPTION 'pg_shard_id: % needs these indexes before its rows get their ids', tbl
+                USING ERRCODE = '55000',
+                      DETAIL = array_to_string(missing, E'\n'),
+                      HINT = format('CREATE INDEX CONCURRENTLY cannot run inside a procedure: SELECT * FROM shard_id_convert_indexes(%L) \gexec in psql runs them. Rows inserted meanwhile already get time-ordered ids from the new column''s DEFAULT.', tbl::text);
+        END IF;
+        UPDATE _pg_shard_id.conversions c SET phase = 'filling' WHERE c.relid = tbl;
+        RETURN true;
+    END IF;
+    SELECT f.* INTO u FROM _pg_shard_id.fill_statements(tbl, state.key_column, state.new_column, state.time_column, state.seq, state.shard) f
+     WHERE f.unit >= state.unit ORDER BY f.unit LIMIT 1;
+    IF u.unit IS NULL THEN
+        -- the sweeps: rows still without an id (an UPDATE that moved a row is filled by the
+        -- trigger; this catches anything else), through the new columns' indexes
+        done := 0;
+        FOR u IN SELECT f.* FROM _pg_shard_id.fill_statements(tbl, state.key_column, state.new_column, state.time_column, state.seq, state.shard) f
+                  WHERE f.unit IS NULL LOOP
+            done := done + _pg_shard_id.run(tbl, u.statement, NULL, NULL, caller_path);
+        END LOOP;
+        UPDATE _pg_shard_id.conversions c SET phase = 'filled', rows_done = rows_done + done, updated_at = clock_timestamp()
+         WHERE c.relid = tbl;
+        RAISE NOTICE '%', format('pg_shard_id: every row of %s has its time-ordered id in %I; CALL shard_id_convert_finish(%L) swaps it in',
+                                 tbl, state.new_column, tbl::text);
+        RETURN false;
+    END IF;
+    IF u.unit > state.unit THEN
+        UPDATE _pg_shard_id.conversions c SET unit = u.unit, next_block = 0 WHERE c.relid = tbl RETURNING * INTO state;
+    END IF;
+    blocks := pg_relation_size(u.rel) / current_setting('block_size')::bigint;
+    IF state.next_block >= blocks THEN
+        UPDATE _pg_shard_id.conversions c SET unit = u.unit + 1, next_block = 0 WHERE c.relid = tbl;
+        RETURN true;
+    END IF;
+    -- blocks for about batch_rows rows, by the rows per block the statistics say
+    step := greatest(1, (batch_rows / greatest(1, (SELECT reltuples / nullif(relpages, 0) FROM pg_class WHERE oid = u.rel)))::bigint);
+    done := _pg_shard_id.run(tbl, u.statement, state.next_block, state.next_block + step, caller_path);
+    UPDATE _pg_shard_id.conversions c
+       SET next_block = state.next_block + step, rows_done = rows_done + done, updated_at = clock_timestamp(),
+           rows_per_second = CASE WHEN done > 0 THEN
+               coalesce(0.8 * rows_per_second, 0) + (CASE WHEN rows_per_second IS NULL THEN 1.0 ELSE 0.2 END)
+               * done / greatest(extract(epoch FROM clock_timestamp() - t0), 0.001) ELSE rows_per_second END
+     WHERE c.relid = tbl RETURNING * INTO state;
+    RAISE NOTICE 'pg_shard_id: % (%): % of about % rows, % rows/s, about % left',
+        tbl, u.rel, state.rows_done, greatest(state.rows_estimate, state.rows_done),
+        round(state.rows_per_second::numeric),
+        CASE WHEN state.rows_per_second > 0
+             THEN make_interval(secs => round(greatest(state.rows_estimate - state.rows_done, 0) / state.rows_per_second))::text
+             ELSE '?' END;
+    RETURN true;
+END $$;
+
+CREATE PROCEDURE shard_id_convert(tbl regclass, batch_rows integer DEFAULT 10000)
+LANGUAGE plpgsql AS $$
+-- (no SET clause: a procedure with one cannot COMMIT. Each transaction is one call of a function
+-- with search_path pinned, named with its schema, whose arguments are of exactly the types
+-- given: nothing is resolved through the caller's search_path. The caller's path is passed on
+-- for the user's triggers, when they fire)
+BEGIN
+    IF _pg_shard_id.convert_arguments(tbl, batch_rows) THEN
+        WHILE _pg_shard_id.convert_step(tbl, batch_rows, pg_catalog.current_setting('search_path')) LOOP
+            COMMIT;
+        END LOOP;
+    END IF;
+END $$;
+
+-- shard_id_convert's arguments: 22004 for a NULL, 22023 for a batch under 1 row.
+CREATE FUNCTION _pg_shard_id.convert_arguments(tbl regclass, batch_rows integer) RETURNS boolean
+LANGUAGE plpgsql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF tbl IS NULL OR batch_rows IS NULL THEN
         RAISE EXCEPTION 'pg_shard_id: shard_id_convert takes no NULL argument' USING ERRCODE = '22004';
@@ -338,232 +1389,98 @@ BEGIN
     IF batch_rows < 1 THEN
         RAISE EXCEPTION 'pg_shard_id: batch_rows must be at least 1, not %', batch_rows USING ERRCODE = '22023';
     END IF;
+    RETURN true;
+END $$;
+
+-- One transaction of shard_id_convert_finish: the first step of the finish not done yet (a
+-- CHECK added, or filled and validated; the statistics), then the swap, then the validation of
+-- each foreign key. Returns whether there is more to do.
+CREATE FUNCTION _pg_shard_id.finish_step(tbl regclass, caller_path text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+    step _pg_shard_id.conversion_step;
+    sweep record;
+BEGIN
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
-    IF state.relid IS NULL THEN
-        RAISE EXCEPTION 'pg_shard_id: % is not prepared for conversion', tbl
-            USING ERRCODE = '55000', HINT = 'CALL shard_id_convert_prepare(table, time_column, sequence, shard) first.';
+    IF state.relid IS NULL OR state.phase NOT IN ('filled', 'finished') THEN
+        RAISE EXCEPTION 'pg_shard_id: % is not ready to swap (%)', tbl, coalesce(state.phase, 'never converted')
+            USING ERRCODE = '55000', HINT = 'CALL shard_id_convert(...) until it says every row has its id.';
     END IF;
-    IF state.phase = 'finished' THEN
-        RAISE NOTICE 'pg_shard_id: % was converted already', tbl;
-        RETURN;
-    END IF;
-    missing := ARRAY(SELECT @extschema@.shard_id_convert_indexes(tbl));
-    IF cardinality(missing) > 0 THEN
-        RAISE EXCEPTION 'pg_shard_id: % needs these indexes before its rows get their ids', tbl
-            USING ERRCODE = '55000',
-                  DETAIL = array_to_string(missing, E'\n'),
-                  HINT = format('CREATE INDEX CONCURRENTLY cannot run inside a procedure: SELECT * FROM shard_id_convert_indexes(%L) \gexec in psql runs them. Rows inserted meanwhile already get time-ordered ids from the new column''s DEFAULT.', tbl::text);
-    END IF;
-    UPDATE _pg_shard_id.conversions c SET phase = 'filling' WHERE c.relid = tbl AND phase = 'prepared';
-    COMMIT;
-    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
-    -- a row's id at its own time; a time less than 1.5 s past (a row written while the
-    -- conversion was prepared) gets a live id, as in the trigger
-    id_expression := format('_pg_shard_id.conversion_id(%L::regclass, %s, %I)',
-                            state.seq::text, state.shard, state.time_column);
-    -- the batches: block ranges of each unit, one transaction each
-    FOR u IN SELECT * FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) un
-              WHERE un.unit >= state.unit ORDER BY un.unit LOOP
-        IF u.unit > state.unit THEN
-            UPDATE _pg_shard_id.conversions c SET unit = u.unit, next_block = 0 WHERE c.relid = tbl
-            RETURNING * INTO state;
-        END IF;
-        LOOP
-            blocks := pg_relation_size(u.rel) / current_setting('block_size')::bigint;
-            EXIT WHEN state.next_block >= blocks;
-            -- blocks for about batch_rows rows, by the rows per block the statistics say
-            step := greatest(1, (batch_rows / greatest(1, (SELECT reltuples / nullif(relpages, 0) FROM pg_class WHERE oid = u.rel)))::bigint);
-            t0 := clock_timestamp();
-            IF u.kind = 'table' THEN
-                EXECUTE format('UPDATE %s SET %I = %s '
-                               'WHERE ctid >= format(''(%%s,0)'', $1::bigint)::tid AND ctid < format(''(%%s,0)'', $2::bigint)::tid AND %I IS NULL',
-                               u.rel, state.new_column, id_expression, state.new_column)
-                   USING state.next_block, state.next_block + step;
-            ELSE
-                EXECUTE format('UPDATE %s c SET %I = p.%I FROM %s p '
-                               'WHERE c.ctid >= format(''(%%s,0)'', $1::bigint)::tid AND c.ctid < format(''(%%s,0)'', $2::bigint)::tid '
-                               '  AND c.%I IS NULL AND p.%I = c.%I',
-                               u.rel, u.fk_new_column, state.new_column, tbl, u.fk_new_column, state.key_column, u.fk_column)
-                   USING state.next_block, state.next_block + step;
+    IF state.phase = 'filled' THEN
+        SELECT * INTO step FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'finish' AND NOT i.done ORDER BY i.ord LIMIT 1;
+        IF step.ord IS NOT NULL THEN
+            IF step.action = 'check' THEN
+                -- what transactions in flight when a CHECK was added left without an id: the
+                -- sweeps (as the batches run, the user's triggers silent), then the validation
+                FOR sweep IN SELECT f.statement FROM _pg_shard_id.fill_statements(tbl, state.key_column, state.new_column,
+                                                                                   state.time_column, state.seq, state.shard) f
+                              WHERE f.unit IS NULL LOOP
+                    PERFORM _pg_shard_id.run(tbl, sweep.statement, NULL, NULL, caller_path);
+                END LOOP;
             END IF;
-            GET DIAGNOSTICS done = ROW_COUNT;
-            UPDATE _pg_shard_id.conversions c
-               SET next_block = state.next_block + step, rows_done = rows_done + done, updated_at = clock_timestamp(),
-                   rows_per_second = CASE WHEN done > 0 THEN
-                       coalesce(0.8 * rows_per_second, 0) + (CASE WHEN rows_per_second IS NULL THEN 1.0 ELSE 0.2 END)
-                       * done / greatest(extract(epoch FROM clock_timestamp() - t0), 0.001) ELSE rows_per_second END
-             WHERE c.relid = tbl RETURNING * INTO state;
-            COMMIT;
-            SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
-            RAISE NOTICE 'pg_shard_id: % (%): % of about % rows, % rows/s, about % left',
-                tbl, u.rel, state.rows_done, greatest(state.rows_estimate, state.rows_done),
-                round(state.rows_per_second::numeric),
-                CASE WHEN state.rows_per_second > 0
-                     THEN make_interval(secs => round(greatest(state.rows_estimate - state.rows_done, 0) / state.rows_per_second))::text
-                     ELSE '?' END;
-        END LOOP;
+            EXECUTE step.statement;
+            RETURN true;
+        END IF;
+        PERFORM _pg_shard_id.swap(tbl);
+        RETURN true;
+    END IF;
+    -- swapped: the foreign keys are checked now, while inserts and updates go on (and again by
+    -- a later call, when an earlier one was interrupted)
+    SELECT * INTO step FROM _pg_shard_id.conversion_validations(tbl) i ORDER BY i.ord LIMIT 1;
+    IF step.ord IS NOT NULL THEN
+        EXECUTE step.statement;
+        RETURN true;
+    END IF;
+    RAISE NOTICE 'pg_shard_id: %.% holds the time-ordered ids; the old key is in %', tbl, state.key_column,
+        _pg_shard_id.derived_name(state.key_column, '_before_shard_id');
+    RETURN false;
+END $$;
+
+-- The foreign keys to a converted table that are not validated yet (an interrupted finish's).
+CREATE FUNCTION _pg_shard_id.conversion_validations(tbl regclass) RETURNS SETOF _pg_shard_id.conversion_step
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT _pg_shard_id.step(700, 'after the swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.conrelid::regclass),
+                             'check', NULL, format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.conrelid::regclass, c.conname), NULL, false)
+      FROM pg_constraint c
+     WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 AND NOT c.convalidated
+     ORDER BY c.conrelid, c.conname
+$$;
+
+-- The swap: one transaction, ACCESS EXCLUSIVE on the table and each referencing table
+-- (lock_timeout 10 s), then the inventory read again under the locks (an object made since the
+-- prepare is carried too, or refused), every twin checked, and its swap steps run in order.
+CREATE FUNCTION _pg_shard_id.swap(tbl regclass) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
+DECLARE
+    plan _pg_shard_id.conversion_step[];
+    step _pg_shard_id.conversion_step;
+BEGIN
+    step := (SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'swap' AND i.action = 'lock');
+    EXECUTE step.statement;
+    plan := ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i);
+    -- (what the batches would fire, and publications, mattered before the batches: not now)
+    PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT p FROM unnest(plan) p WHERE p.action = 'refuse'
+                                             AND p.kind NOT IN ('user trigger or rule fired by the batches', 'publication membership')));
+    IF EXISTS (SELECT FROM unnest(plan) p WHERE p.phase IN ('indexes', 'finish') AND NOT p.done) THEN
+        RAISE EXCEPTION 'pg_shard_id: % is not ready to swap: these steps have not run', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = (SELECT string_agg(p.statement, E'\n' ORDER BY p.ord) FROM unnest(plan) p WHERE p.phase IN ('indexes', 'finish') AND NOT p.done),
+                  HINT = format('An index made since the prepare needs its twin: SELECT * FROM shard_id_convert_indexes(%L) \gexec, then CALL shard_id_convert_finish(%L) again.',
+                                tbl::text, tbl::text);
+    END IF;
+    FOREACH step IN ARRAY plan LOOP
+        IF step.phase = 'swap' AND step.statement IS NOT NULL THEN
+            EXECUTE step.statement;
+        END IF;
     END LOOP;
-    -- the sweep: rows still without an id (an UPDATE that moved a row is filled by the trigger;
-    -- this catches anything else) through the new column's index
-    EXECUTE format('UPDATE %s SET %I = %s WHERE %I IS NULL AND %I IS NOT NULL',
-                   tbl, state.new_column, id_expression, state.new_column, state.time_column);
-    GET DIAGNOSTICS done = ROW_COUNT;
-    FOR u IN SELECT * FROM _pg_shard_id.conversion_units(tbl, state.key_column, state.new_column) un WHERE un.kind = 'child' LOOP
-        EXECUTE format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I IS NULL AND c.%I IS NOT NULL AND p.%I = c.%I',
-                       u.rel, u.fk_new_column, state.new_column, tbl, u.fk_new_column, u.fk_column, state.key_column, u.fk_column);
-    END LOOP;
-    UPDATE _pg_shard_id.conversions c SET phase = 'filled', rows_done = rows_done + done, updated_at = clock_timestamp()
-     WHERE c.relid = tbl;
-    COMMIT;
-    RAISE NOTICE '%', format('pg_shard_id: every row of %s has its time-ordered id in %I; CALL shard_id_convert_finish(%L) swaps it in',
-        tbl, state.new_column, tbl::text);
 END $$;
 
 CREATE PROCEDURE shard_id_convert_finish(tbl regclass)
 LANGUAGE plpgsql AS $$
-DECLARE
-    state _pg_shard_id.conversions;
-    u record;
-    pk_name name;
-    pk_index regclass;
-    old_name name;
-    check_name name;
-    fks text[] := '{}';
-    adds text[] := '{}';
-    partitioned boolean := EXISTS (SELECT FROM pg_partitioned_table p WHERE p.partrelid = tbl);
-    pk_columns text;
+-- (no SET clause: a procedure with one cannot COMMIT; see shard_id_convert)
 BEGIN
-    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
-    IF state.phase = 'finished' THEN
-        -- swapped already: validate what an interrupted call left NOT VALID
-        FOR u IN SELECT c.conrelid::regclass AS rel, c.conname FROM pg_constraint c
-                  WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 AND NOT c.convalidated LOOP
-            EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, u.conname);
-            COMMIT;
-        END LOOP;
-        RAISE NOTICE 'pg_shard_id: % was converted already; its foreign keys are valid', tbl;
-        RETURN;
-    END IF;
-    IF state.relid IS NULL OR state.phase <> 'filled' THEN
-        RAISE EXCEPTION 'pg_shard_id: % is not ready to swap (%)', tbl, coalesce(state.phase, 'never converted')
-            USING ERRCODE = '55000', HINT = 'CALL shard_id_convert(...) until it says every row has its id.';
-    END IF;
-    old_name := (state.key_column || '_before_shard_id')::name;
-    check_name := ('shard_id_convert_' || state.new_column || '_not_null')::name;
-    -- before any lock: NOT NULL as a validated CHECK (SHARE UPDATE EXCLUSIVE: writes go on), so
-    -- that SET NOT NULL under the lock needs no scan
-    -- (the CHECK is enforced for new rows once added, which waits for the transactions in flight;
-    -- what those left without an id is filled before the validation)
-    IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = tbl AND conname = check_name) THEN
-        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID', tbl, check_name, state.new_column);
-        COMMIT;
-    END IF;
-    EXECUTE format('UPDATE %s SET %I = _pg_shard_id.conversion_id(%L::regclass, %s, %I) WHERE %I IS NULL',
-                   tbl, state.new_column, state.seq::text, state.shard, state.time_column, state.new_column);
-    COMMIT;
-    EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', tbl, check_name);
-    COMMIT;
-    -- each referencing column: its new column holds an id wherever the old one holds a key (a
-    -- CHECK, enforced for new rows from here on; added once the transactions in flight ended,
-    -- then what they left without one is filled, then validated); NOT NULL in the swap where
-    -- the old column is NOT NULL
-    FOR u IN SELECT DISTINCT r.rel, r.fk_column, (r.fk_column || '_' || state.new_column)::name AS fk_new_column, r.not_null
-               FROM _pg_shard_id.conversion_references(tbl, state.key_column) r LOOP
-        IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = u.rel AND conname = ('shard_id_convert_' || u.fk_new_column)::name) THEN
-            EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NULL OR %I IS NOT NULL) NOT VALID',
-                           u.rel, 'shard_id_convert_' || u.fk_new_column, u.fk_column, u.fk_new_column);
-            COMMIT;
-        END IF;
-        EXECUTE format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I IS NULL AND c.%I IS NOT NULL AND p.%I = c.%I',
-                       u.rel, u.fk_new_column, state.new_column, tbl, u.fk_new_column, u.fk_column, state.key_column, u.fk_column);
-        COMMIT;
-        EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, 'shard_id_convert_' || u.fk_new_column);
-        COMMIT;
-        IF u.not_null THEN  -- proves the new column NOT NULL, so SET NOT NULL needs no scan
-            IF NOT EXISTS (SELECT FROM pg_constraint WHERE conrelid = u.rel AND conname = ('shard_id_convert_nn_' || u.fk_new_column)::name) THEN
-                EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID',
-                               u.rel, 'shard_id_convert_nn_' || u.fk_new_column, u.fk_new_column);
-                COMMIT;
-            END IF;
-            EXECUTE format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, 'shard_id_convert_nn_' || u.fk_new_column);
-            COMMIT;
-        END IF;
-    END LOOP;
-    -- the swap: one short transaction, no scan
-    SET LOCAL lock_timeout = '10s';
-    EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', tbl);
-    -- the foreign keys: dropped (the old primary key cannot go while they stand), their columns
-    -- swapped; made again on the new columns once the new primary key stands
-    FOR u IN SELECT r.rel, r.conname, r.fk_column, (r.fk_column || '_' || state.new_column)::name AS fk_new_column,
-                    r.def, r.not_null
-               FROM _pg_shard_id.conversion_references(tbl, state.key_column) r LOOP
-        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', u.rel);
-        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, u.conname);
-        EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || u.fk_new_column, u.rel);
-        EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || u.fk_new_column || '_update', u.rel);
-        EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_column, (u.fk_column || '_before_shard_id')::name);
-        EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', u.rel, u.fk_new_column, u.fk_column);
-        IF u.not_null THEN
-            -- the old column is no longer given; the new one is NOT NULL (its validated CHECK
-            -- proves it: no scan)
-            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL', u.rel, (u.fk_column || '_before_shard_id')::name);
-            EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', u.rel, u.fk_column);
-            EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, 'shard_id_convert_nn_' || u.fk_new_column);
-        END IF;
-        EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', u.rel, 'shard_id_convert_' || u.fk_new_column);
-        -- the same action clauses, on the new columns; validated after the commit
-        adds := adds || format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', u.rel, u.conname,
-                       regexp_replace(u.def, '^FOREIGN KEY \([^)]*\) REFERENCES [^(]*\([^)]*\)',
-                                      format('FOREIGN KEY (%I) REFERENCES %s(%I)', u.fk_column, tbl, state.key_column)));
-        fks := fks || format('ALTER TABLE %s VALIDATE CONSTRAINT %I', u.rel, u.conname);
-    END LOOP;
-    SELECT c.conname, c.conindid::regclass,
-           (SELECT string_agg(quote_ident(CASE a.attname WHEN state.key_column THEN state.new_column ELSE a.attname END), ', ' ORDER BY k.i)
-              FROM unnest(c.conkey) WITH ORDINALITY k(attnum, i)
-              JOIN pg_attribute a ON a.attrelid = tbl AND a.attnum = k.attnum)
-      INTO pk_name, pk_index, pk_columns
-      FROM pg_constraint c WHERE c.conrelid = tbl AND c.contype = 'p';
-    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', tbl, pk_name);
-    EXECUTE format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, state.new_column);
-    EXECUTE format('ALTER TABLE %s DROP CONSTRAINT %I', tbl, check_name);
-    EXECUTE format('DROP TRIGGER %I ON %s', 'shard_id_convert_' || state.new_column, tbl);
-    IF partitioned THEN
-        -- each partition's unique index built concurrently becomes its primary key (no scan);
-        -- the partitioned table's primary key then attaches them instead of building new ones
-        -- (PostgreSQL attaches a partition's index only when a constraint owns it)
-        FOR u IN SELECT l AS leaf, (SELECT i.indexrelid::regclass FROM pg_index i
-                                     WHERE i.indrelid = l AND i.indisunique AND i.indisvalid AND i.indpred IS NULL
-                                       AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = l AND attname = state.new_column)
-                                     ORDER BY i.indexrelid LIMIT 1) AS idx
-                   FROM _pg_shard_id.leaves(tbl) l LOOP
-            EXECUTE format('ALTER TABLE %s ADD PRIMARY KEY USING INDEX %s', u.leaf, u.idx);
-        END LOOP;
-        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY (%s)', tbl, pk_name, pk_columns);
-    ELSE
-        EXECUTE format('ALTER TABLE %s ADD CONSTRAINT %I PRIMARY KEY USING INDEX %s', tbl, pk_name,
-                       (SELECT i.indexrelid::regclass FROM pg_index i WHERE i.indrelid = tbl AND i.indisunique AND i.indisvalid
-                           AND i.indnkeyatts = 1 AND i.indpred IS NULL
-                           AND i.indkey[0] = (SELECT attnum FROM pg_attribute WHERE attrelid = tbl AND attname = state.new_column)
-                         LIMIT 1));
-    END IF;
-    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', tbl, state.key_column, old_name);
-    EXECUTE format('ALTER TABLE %s RENAME COLUMN %I TO %I', tbl, state.new_column, state.key_column);
-    -- the old key need not be given any more (it keeps its DEFAULT, if any); a partition key
-    -- stays NOT NULL
-    BEGIN
-        EXECUTE format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL', tbl, old_name);
-    EXCEPTION WHEN others THEN
-        NULL;
-    END;
-    FOR i IN 1 .. cardinality(adds) LOOP
-        EXECUTE adds[i];
-    END LOOP;
-    UPDATE _pg_shard_id.conversions c SET phase = 'finished', updated_at = clock_timestamp() WHERE c.relid = tbl;
-    COMMIT;
-    -- the foreign keys are checked now, while inserts and updates go on
-    FOR i IN 1 .. cardinality(fks) LOOP
-        EXECUTE fks[i];
+    WHILE _pg_shard_id.finish_step(tbl, pg_catalog.current_setting('search_path')) LOOP
         COMMIT;
     END LOOP;
-    RAISE NOTICE 'pg_shard_id: %.% now holds the time-ordered ids; the old key is in %', tbl, state.key_column, old_name;
 END $$;

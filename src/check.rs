@@ -44,10 +44,15 @@ use std::sync::atomic::Ordering;
 /// * on a Citus coordinator, asking every worker (`run_command_on_workers`): `citus_preload`,
 ///   `citus_epoch`, `citus_node_numbers` (group ids and `pg_shard_id.node` together).
 ///
-/// VOLATILE PARALLEL UNSAFE (it queries other nodes). Errors: those of the queries it runs (a
-/// role that may not read the catalogs, or run Citus's functions).
+/// VOLATILE PARALLEL UNSAFE (it queries other nodes), with `search_path = pg_catalog, pg_temp`
+/// for the SQL it runs (no name in it is resolved through the caller's path). Errors: those of the
+/// queries it runs (a role that may not read the catalogs, or run Citus's functions).
 #[allow(clippy::type_complexity)]
-#[pg_extern(volatile, parallel_unsafe)]
+#[pg_extern(sql = r#"
+CREATE FUNCTION shard_id_check() RETURNS TABLE ("check" text, "status" text, "detail" text)
+    VOLATILE STRICT PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp
+    LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_check_wrapper';
+"#)]
 fn shard_id_check() -> TableIterator<
     'static,
     (

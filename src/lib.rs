@@ -10,6 +10,7 @@ mod adopt;
 mod backfill;
 mod check;
 mod clock;
+mod convert;
 mod data_floor;
 mod decode;
 mod errors;

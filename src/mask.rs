@@ -542,7 +542,7 @@ fn shard_id_unmask_shortcode(code: &[u8], tweak: &[u8]) -> i64 {
 /// its record: nothing is recorded then).
 #[pg_extern(sql = r#"
 CREATE FUNCTION shard_id_mask_keys_record() RETURNS TABLE ("key_id" integer, "check_value" bigint, "recorded" text)
-    VOLATILE STRICT PARALLEL UNSAFE
+    VOLATILE STRICT PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp
     LANGUAGE c AS 'MODULE_PATHNAME', 'shard_id_mask_keys_record_wrapper';
 REVOKE EXECUTE ON FUNCTION shard_id_mask_keys_record() FROM PUBLIC;
 "#, requires = ["mask_keys"])]
