@@ -12,13 +12,11 @@
 [ -n "${REPO:-}" ] || source "$(dirname "${BASH_SOURCE[0]}")/../scripts/lib.sh"
 
 ensure_pgedge() {
-    local tarball="${PGEDGE_TARBALL:-}"
-    if [ -z "$tarball" ]; then
-        for t in /work/shared/vendor "$REPO/../shared/vendor"; do
-            [ -f "$t/pgedge-snowflake-2.6.0.tar.gz" ] && tarball="$t/pgedge-snowflake-2.6.0.tar.gz" && break
-        done
-    fi
-    [ -f "$tarball" ] || { echo "pgedge-snowflake-2.6.0.tar.gz not found (set PGEDGE_TARBALL)" >&2; return 1; }
+    local tarball="${PGEDGE_TARBALL:-$(vendor_file pgedge-snowflake-2.6.0.tar.gz || true)}"
+    [ -f "$tarball" ] || {
+        echo "pgedge-snowflake-2.6.0.tar.gz not found: set PG_SHARD_ID_VENDOR to the folder that holds it (or PGEDGE_TARBALL to the file)" >&2
+        return 1
+    }
     local build="${PGEDGE_BUILD_DIR:-/tmp/pgedge-snowflake-pg$PG_MAJOR}"
     local src="$build/snowflake-2.6.0" lib
     lib="$("$PG_CONFIG" --pkglibdir)/snowflake.so"

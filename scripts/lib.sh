@@ -2,6 +2,18 @@
 # Source it; it does nothing by itself. Every step is idempotent and quick when already done.
 
 set -euo pipefail
+# A command that stops a script (set -e) says which, where, and what the server it talked to last
+# logged: a stage never ends with nothing but "1 failed" (the cause may be only in that log).
+set -E
+on_error() {
+    local status=$? line="$1" command="$2"
+    echo "!!! failed ($status): $command (${BASH_SOURCE[1]:-?}, line $line)" >&2
+    if [ -n "${PGHOST:-}" ] && [ -r "$PGHOST/server.log" ]; then
+        echo "!!! the last lines of $PGHOST/server.log:" >&2
+        tail -5 "$PGHOST/server.log" | sed 's/^/!!!   /' >&2
+    fi
+}
+trap 'on_error "$LINENO" "$BASH_COMMAND"' ERR
 
 REPO="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 PGRX_VERSION=0.18.0
@@ -60,6 +72,20 @@ check() {
     else
         FAILED=$((FAILED + 1)); printf '  FAIL  %s: got %s, expected %s\n' "$1" "$2" "$3"
     fi
+}
+
+# vendor_file NAME: the path of a vendored source tarball (the Citus and pgEdge sources this
+# project builds beside itself, never committed), from PG_SHARD_ID_VENDOR, else the folder
+# shared/vendor beside this repository, else beside the repository this clone was cloned from (a
+# fresh clone elsewhere, as CI makes); nothing (and status 1) when none has it.
+vendor_file() {
+    local dir origin
+    origin="$(git -C "$REPO" config --get remote.origin.url 2>/dev/null || true)"
+    for dir in "${PG_SHARD_ID_VENDOR:-}" "$REPO/../shared/vendor" \
+        "$([ -d "$origin" ] && echo "$origin/../shared/vendor")"; do
+        [ -n "$dir" ] && [ -f "$dir/$1" ] && { echo "$dir/$1"; return 0; }
+    done
+    return 1
 }
 
 # Runs a command as the postgres OS user (initdb and the server refuse root) or as is otherwise.

@@ -713,6 +713,12 @@ BEGIN
             ELSIF r.attgenerated = '' THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'unknown', d.what, 'refuse', NULL, NULL,
                                                     format('depends on %s.%I, and no rule of the conversion knows it', d.rel, d.old_column), false);
+            ELSIF r.attgenerated = 'v' AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = r.adrelid AND contype = 'c'
+                                                       AND conname <> new_check) THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'generated column', what, 'refuse', NULL,
+                                                    format('ALTER TABLE %s DROP COLUMN %I', r.adrelid::regclass, r.attname),
+                                                    format('virtual and computed from %I, in a table with CHECK constraints: PostgreSQL 18 changes such a column''s expression only without them; drop it, convert and add it again (no rewrite)',
+                                                           d.old_column), false);
             ELSIF r.attgenerated = 'v' THEN
                 steps := steps || _pg_shard_id.step(670, 'swap', 'generated column', what, 'carry', NULL,
                                                     format('ALTER TABLE %s ALTER COLUMN %I SET EXPRESSION AS (%s)', r.adrelid::regclass, r.attname, pg_get_expr(r.adbin, r.adrelid)),
@@ -1067,9 +1073,11 @@ BEGIN
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
                _pg_shard_id.conversion_id(TG_ARGV[2]::regclass, TG_ARGV[3]::integer, ts)));
     RETURN NEW;
-EXCEPTION WHEN object_not_in_prerequisite_state THEN
-    -- the new column's index is not built yet (between the prepare and the index build): the
-    -- row keeps no id for now; the batches, which start once the index exists, give it one
+EXCEPTION WHEN object_not_in_prerequisite_state OR insufficient_privilege THEN
+    -- the new column's index is not built yet (between the prepare and the index build), or the
+    -- writer may not read a table that holds the sequence's ids (next_shard_id_at reads only
+    -- what its caller may): the row keeps no id for now; the batches or the finish's sweeps,
+    -- run by the owner, give it one
     RETURN NEW;
 END $$;
 

@@ -105,6 +105,9 @@ fn next_shard_id_at(seq: pg_sys::Oid, shard: i32, ts: TimestampWithTimeZone) -> 
         ms,
     };
     let start = seq_field(value) as u16;
+    // the DEFAULT issues only above every millisecond this call may hand out, whatever the clock
+    // does next (issue 50: a clock stepping back into a backfill's milliseconds)
+    crate::issue::keep_above(key.sequence, last_ms, last_ms + LIVE_MARGIN_MS, epoch);
     let mut db = Indexes;
     let (ms, remainder) = match draw(table, key, start, taker.value, last_ms, &mut db) {
         Ok(found) => found,
@@ -148,6 +151,51 @@ fn refuse(error: DrawError<String>, seq: pg_sys::Oid, ms: i64, epoch: i64) -> ! 
     }
 }
 
+/// Whether the caller may read every row of `relation`, a table whose column holds the sequence's
+/// ids (for a partition: of it, or of a table it is a partition of, through which its rows are
+/// read).
+fn caller_may_read_ids_of(relation: pg_sys::Oid) -> bool {
+    if crate::privilege::caller_may_read(relation) {
+        return true;
+    }
+    // (only here, when the partition itself may not be read: its ancestors, from pg_inherits,
+    // no lock taken)
+    // SAFETY: a catalog lookup by oid inside a transaction.
+    if !unsafe { pg_sys::get_rel_relispartition(relation) } {
+        return false;
+    }
+    let ancestors = Spi::get_one_with_args::<Vec<pg_sys::Oid>>(
+        "SELECT pg_catalog.array_agg(a.relid::pg_catalog.oid) \
+           FROM pg_catalog.pg_partition_ancestors($1::pg_catalog.regclass) a",
+        &[relation.into()],
+    )
+    .ok()
+    .flatten()
+    .unwrap_or_default();
+    ancestors
+        .into_iter()
+        .any(|a| a != relation && crate::privilege::caller_may_read(a))
+}
+
+/// 42501: a table holding the sequence's ids that the caller may not read. Its ids would go
+/// unchecked if it were skipped, so the call refuses, naming it.
+fn refuse_unreadable(sequence: pg_sys::Oid, relation: pg_sys::Oid) -> ! {
+    let table = errors::qualified_relation_name(relation);
+    errors::raise_with_hint(
+        PgSqlErrorCode::ERRCODE_INSUFFICIENT_PRIVILEGE,
+        format!(
+            "pg_shard_id: next_shard_id_at must read the ids stored in {table}, which the caller \
+             may not read (sequence \"{}\")",
+            errors::relation_name(sequence)
+        ),
+        &format!(
+            "It checks every table whose DEFAULT draws from the sequence, and reads only what the \
+             caller may: GRANT SELECT ON {table} TO the role, with no row security hiding rows \
+             from it, or call it as the table's owner."
+        ),
+    )
+}
+
 /// The indexes of the columns of each sequence, read for `draw`.
 struct Indexes;
 
@@ -176,6 +224,11 @@ impl Database for Indexes {
                      DEFAULT next_shard_id('{}', shard) and a btree index on it first)",
                     errors::relation_name(sequence)
                 ));
+            }
+            // the caller reads only what it may (issue 50): every column's table checked before
+            // any index is opened, so that a refusal locks nothing
+            if let Some(column) = columns.iter().find(|c| !caller_may_read_ids_of(c.relation)) {
+                refuse_unreadable(sequence, column.relation);
             }
             let mut found = Remainders::default();
             for column in columns {

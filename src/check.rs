@@ -4,7 +4,7 @@
 
 use crate::data_floor::{self, CannotTell, Newest};
 use crate::errors::relation_name;
-use crate::{clock, mask, scoped, settings, shmem};
+use crate::{clock, errors, mask, privilege, scoped, settings, shmem};
 use pg_shard_id_core::health::{
     self, Finding, Floor, FloorColumns, Node, NodeState, Replicated, ShardDefault,
 };
@@ -260,7 +260,7 @@ fn data_floor_finding(
                 // the stored id's time only for a caller who could have selected it
                 let sequence = relation_name(column.sequence.unwrap_or_default());
                 let issuing_at = format_unix_ms(last_ms + epoch);
-                let holds = if caller_may_read(column.relation) {
+                let holds = if privilege::caller_may_read(column.relation) {
                     let stored_at = format_unix_ms(layout::ms_of(id).unwrap_or(0) + epoch);
                     format!("holds ids up to {stored_at} while sequence {sequence} issues at {issuing_at}")
                 } else {
@@ -276,7 +276,7 @@ fn data_floor_finding(
             Err(why) => unreadable.push((column.name.clone(), *why)),
             Ok(Newest {
                 beyond: Some(id), ..
-            }) => implausible.push(if caller_may_read(column.relation) {
+            }) => implausible.push(if privilege::caller_may_read(column.relation) {
                 format!("{} ({id})", column.name)
             } else {
                 column.name.clone()
@@ -293,7 +293,7 @@ fn data_floor_finding(
         .map(|(c, may)| {
             let sequence = c
                 .sequence
-                .map(|s| format!("sequence {}", qualified_relation_name(s)));
+                .map(|s| format!("sequence {}", errors::qualified_relation_name(s)));
             let may = may.map(|why| format!("may hold rows: {}", why.why()));
             match [sequence, may].into_iter().flatten().collect::<Vec<_>>() {
                 notes if notes.is_empty() => c.name.clone(),
@@ -307,40 +307,6 @@ fn data_floor_finding(
         above,
         not_read,
     })
-}
-
-/// `schema.name` of a relation, quoted where SQL needs it: for statements the user copies (a
-/// GRANT).
-fn qualified_relation_name(relation: pg_sys::Oid) -> String {
-    // SAFETY: catalog lookups by oid inside a transaction (NULL when not found); the quoted name
-    // is palloc'd and copied before the memory context goes.
-    unsafe {
-        let name = pg_sys::get_rel_name(relation);
-        let schema = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(relation));
-        if name.is_null() || schema.is_null() {
-            return relation_name(relation);
-        }
-        std::ffi::CStr::from_ptr(pg_sys::quote_qualified_identifier(schema, name))
-            .to_string_lossy()
-            .into_owned()
-    }
-}
-
-/// Whether the caller may read every row of `relation`: SELECT on the table, and no row security
-/// that applies to the caller. The check reads indexes as the extension, so a stored id is shown
-/// only to a caller who could have selected it (any caller may run `shard_id_check()`).
-fn caller_may_read(relation: pg_sys::Oid) -> bool {
-    // SAFETY: catalog lookups by oid inside a transaction; check_enable_rls with noError = true
-    // raises nothing.
-    unsafe {
-        pg_sys::pg_class_aclcheck(
-            relation,
-            pg_sys::GetUserId(),
-            pg_sys::ACL_SELECT as pg_sys::AclMode,
-        ) == pg_sys::AclResult::ACLCHECK_OK
-            && pg_sys::check_enable_rls(relation, pg_sys::InvalidOid, true)
-                != pg_sys::CheckEnableRlsResult::RLS_ENABLED as std::ffi::c_int
-    }
 }
 
 /// How many subscriptions of this database are enabled.

@@ -206,3 +206,20 @@ pub fn guarded<R>(f: impl FnOnce() -> R) -> R {
     // has no destructor that an ERROR could skip (i64 or unit here).
     unsafe { pgrx::pg_sys::panic::pgrx_extern_c_guard(f) }
 }
+
+/// `schema.name` of a relation, quoted where SQL needs it: for statements the user copies (a
+/// GRANT).
+pub fn qualified_relation_name(relation: pg_sys::Oid) -> String {
+    // SAFETY: catalog lookups by oid inside a transaction (NULL when not found); the quoted name
+    // is palloc'd and copied before the memory context goes.
+    unsafe {
+        let name = pg_sys::get_rel_name(relation);
+        let schema = pg_sys::get_namespace_name(pg_sys::get_rel_namespace(relation));
+        if name.is_null() || schema.is_null() {
+            return relation_name(relation);
+        }
+        std::ffi::CStr::from_ptr(pg_sys::quote_qualified_identifier(schema, name))
+            .to_string_lossy()
+            .into_owned()
+    }
+}

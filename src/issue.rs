@@ -189,6 +189,23 @@ impl<C: Fn() -> i64> Request<C> {
     }
 }
 
+/// Ids at past times of sequence `key` are about to be handed out (`next_shard_id_at`), in
+/// milliseconds up to `ms`, with the clock reading `now` (both since the epoch): the sequence's
+/// guard issues only above `ms` from here on (`SlotTable::keep_above`), and the lease covers `ms`,
+/// so that neither a clock that steps back afterwards nor a restart lets the DEFAULT issue where
+/// they were handed out (issue 50). Before the ids are drawn, so that no DEFAULT can slip in
+/// between. Calls into PostgreSQL when it writes the lease (58030 when it cannot): inside pgrx's
+/// guard only.
+pub fn keep_above(key: SlotKey, ms: i64, now: i64, epoch_unix_ms: i64) {
+    let table = shmem::table();
+    table.keep_above(key, ms, now);
+    if !covered(&table, ms, epoch_unix_ms)
+        && crate::lease::extend(&table, ms + epoch_unix_ms, epoch_unix_ms)
+    {
+        table.count(key, |c| c.lease_writes += 1);
+    }
+}
+
 /// The guard is as far ahead of the clock as its policy allows and its millisecond has no room
 /// (full, or the sequence wrapped), so wait until the clock passes `ms`, or steps back
 /// (`pg_shard_id_core::guard::wait_until_past`). Usually that is less than a millisecond away, so

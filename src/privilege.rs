@@ -98,3 +98,21 @@ pub unsafe fn nextval(seq: pg_sys::Oid) -> i64 {
         }
     }
 }
+
+/// Whether the caller may read every row of `relation`: SELECT on the table, and no row security
+/// that applies to the caller. `shard_id_check()` and `next_shard_id_at` read indexes as the
+/// extension: a stored id is shown only to a caller who could have selected it, and an index is
+/// read only for one (issue 50).
+pub fn caller_may_read(relation: pg_sys::Oid) -> bool {
+    // SAFETY: catalog lookups by oid inside a transaction; check_enable_rls with noError = true
+    // raises nothing.
+    unsafe {
+        pg_sys::pg_class_aclcheck(
+            relation,
+            pg_sys::GetUserId(),
+            pg_sys::ACL_SELECT as pg_sys::AclMode,
+        ) == pg_sys::AclResult::ACLCHECK_OK
+            && pg_sys::check_enable_rls(relation, pg_sys::InvalidOid, true)
+                != pg_sys::CheckEnableRlsResult::RLS_ENABLED as std::ffi::c_int
+    }
+}

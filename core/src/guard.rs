@@ -312,6 +312,19 @@ impl GuardState {
         (self.data_floor != NEVER).then_some(self.data_floor)
     }
 
+    /// Ids at past times (`next_shard_id_at`) were handed out in milliseconds up to `ms`, with the
+    /// clock reading `now`: from here on the guard issues only above `ms`. A guard below it moves
+    /// to `ms + 1` (an empty millisecond: nothing was issued there), and `now` counts as a
+    /// reading of the clock, so that a clock that later steps back into the milliseconds handed
+    /// out is seen as a step (recovering, with its WARNING) and never as a clock moving on into
+    /// them. A guard above both is unchanged. Its data floor, if awaited, is still awaited.
+    pub fn keep_above(&mut self, ms: i64, now: i64) {
+        if ms >= self.ms {
+            self.start_ms(ms.saturating_add(1));
+        }
+        self.clock = self.clock.max(now);
+    }
+
     /// The last millisecond issued (or the floor it starts from), if any.
     pub fn last_ms(&self) -> Option<i64> {
         (self.ms != NEVER).then_some(self.ms)
@@ -1202,6 +1215,50 @@ mod tests {
                 }
                 last_ms = ms;
                 previous[s] = Some((value, ms, remainder));
+            }
+        }
+
+        /// Ids at past times handed out while the guard issues, then the clock stepping back
+        /// into them (issue 50: a backfill just behind the clock, then NTP steps the clock back):
+        /// the guard never issues in a millisecond a backfill handed out, whatever the clock
+        /// does afterwards, and it sees a clock that comes back below the backfill's reading as
+        /// a step.
+        #[test]
+        fn never_issues_where_ids_at_past_times_were_handed_out(
+            schedule in proptest::collection::vec(
+                (prop_oneof![6 => Just(0i64), 3 => Just(1), 1 => -3000i64..3000], 0u16..1024,
+                 proptest::option::of(1i64..20_000), any::<bool>()),
+                1..3000)
+        ) {
+            let mut g = GuardState::new();
+            let mut clock = 1_000_000i64;
+            let mut handed_out_up_to = i64::MIN;  // the newest millisecond a backfill handed out
+            let mut last_reading = i64::MIN;  // the clock reading the guard saw last
+            for (delta, r, backfill_behind, borrow) in schedule {
+                clock += delta;
+                if let Some(behind) = backfill_behind {
+                    // next_shard_id_at at a time at least 1 s behind the clock
+                    let ms = clock - 1_000 - behind;
+                    g.keep_above(ms, clock);
+                    handed_out_up_to = handed_out_up_to.max(ms);
+                    last_reading = last_reading.max(clock);
+                    continue;
+                }
+                let overflow = if borrow { Overflow::Borrow } else { Overflow::Wait };
+                let decision = loop {
+                    match g.issue(clock, r, overflow).unwrap() {
+                        Decision::WaitUntilPast(_) => clock += 1,
+                        other => break other,
+                    }
+                };
+                let Decision::Issue { ms, clock_stepped_back_by, .. } = decision else {
+                    unreachable!("a new guard waits for no data")
+                };
+                prop_assert!(ms > handed_out_up_to, "issued at {} where a backfill handed out ids (up to {})",
+                             ms, handed_out_up_to);
+                prop_assert_eq!(clock_stepped_back_by.is_some(), clock < last_reading,
+                                "a clock back below the last reading (a backfill's too) is a step, and only that");
+                last_reading = clock;
             }
         }
 

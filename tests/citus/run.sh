@@ -16,10 +16,8 @@
 source "$(dirname "$0")/../../scripts/lib.sh"
 stop_clusters_at_exit
 
-VENDOR="${PG_SHARD_ID_VENDOR:-$REPO/../shared/vendor}"
-[ -d "$VENDOR" ] || VENDOR=/work/shared/vendor
-CITUS_SOURCE="${CITUS_SOURCE:-$VENDOR/citus-13.2.2.tar.gz}"
-CITUS_PATCH="${CITUS_PATCH:-$VENDOR/citus-pg15.20.patch}"
+CITUS_SOURCE="${CITUS_SOURCE:-$(vendor_file citus-13.2.2.tar.gz || true)}"
+CITUS_PATCH="${CITUS_PATCH:-$(vendor_file citus-pg15.20.patch || true)}"
 ROWS_TARGET=1000000
 
 case "$PG_MAJOR" in
@@ -30,9 +28,12 @@ esac
 ensure_citus() {
     [ -f "$("$PG_CONFIG" --pkglibdir)/citus.so" ] && return 0
     if [ ! -f "$CITUS_SOURCE" ]; then
-        echo "!!! Citus is not installed in PostgreSQL $PG_MAJOR and there is no source to build it" >&2
-        echo "!!! from: set CITUS_SOURCE to a Citus 13.2 source tarball, or install Citus." >&2
-        return 1
+        # (a counted skip, said at once, not a failure far into the run)
+        echo "!!! Citus is not installed in PostgreSQL $PG_MAJOR and there is no source to build it from:"
+        echo "!!! set PG_SHARD_ID_VENDOR to the folder holding citus-13.2.2.tar.gz and citus-pg15.20.patch"
+        echo "!!! (or CITUS_SOURCE to a Citus 13.2 source tarball), or install Citus."
+        echo "citus: 0 passed, 0 failed, 1 skipped (no Citus source: PG_SHARD_ID_VENDOR)"
+        exit 0
     fi
     say "building Citus from $CITUS_SOURCE into PostgreSQL $PG_MAJOR (1-2 minutes, once)"
     local pkgs=(libcurl4-openssl-dev liblz4-dev libzstd-dev libkrb5-dev libselinux1-dev libxslt1-dev

@@ -72,13 +72,16 @@ test_clock_step_back() {
         say "the clock steps back 5 s in the middle of a stream (test clock, $guard guard)"
         start_cluster clock "$preload"
         setup_db ""
-        psql -X -q -v ON_ERROR_STOP=1 >/dev/null 2>"$PGHOST/step.err" <<'SQL'
+        # (a failing psql must not stop the script before its stderr is shown: set -e)
+        local stream=0
+        psql -X -q -v ON_ERROR_STOP=1 >/dev/null 2>"$PGHOST/step.err" <<'SQL' || stream=$?
 INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 50000);
 SET pg_shard_id.test_clock_offset_ms = -5000;
 INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 50000);
 INSERT INTO t (id) SELECT next_shard_id('s', 1) FROM generate_series(1, 50000);
 SQL
         cat "$PGHOST/step.err" | sed 's/^/  /'
+        check "$label: the stream ran (psql's status)" "$stream" 0
         check "$label: guard mode" "$(q -c "SELECT guard FROM pg_shard_id_info()")" "$guard"
         check "$label: WARNINGs" "$(grep -c '^WARNING' "$PGHOST/step.err")" 1
         local step; step="$(grep -o 'stepped back by [0-9]* ms' "$PGHOST/step.err" | grep -o '[0-9]*' || true)"

@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # The guarantee under attack (README, guarantee 9): ids at past times and table conversion
-# (test_backfill.py, test_convert.py: issue 37), the scenario tests (test_scenarios.py: the
+# (test_backfill.py, test_convert.py: issue 37; the conversion on real schemas, with a logical
+# subscriber, and the search_path attack on every function: test_convert_schema.py,
+# test_convert_replicas.py, test_search_path.py, issue 49), the scenario tests (test_scenarios.py: the
 # origin record with 2 and 8 sessions at every isolation level, locked tables, another session's
 # temporary table, REPEATABLE READ catalog reads, dead index entries, the node form, two writers
 # with one node number), the remembered sequence privilege check against nextval()'s own
@@ -18,7 +20,8 @@ export PG_BIN PG_SHARD_ID_RUN_DIR="$RUN_DIR"
 cd "$HERE"
 status=0
 say "the guarantee's scenarios (PostgreSQL $PG_MAJOR)"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider test_scenarios.py test_backfill.py test_convert.py test_privileges.py "$@" || status=1
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider test_scenarios.py test_backfill.py test_convert.py test_convert_schema.py test_convert_replicas.py test_backfill_limits.py \
+    test_search_path.py test_privileges.py "$@" || status=1
 say "the lifecycle fuzzer (PostgreSQL $PG_MAJOR)"
 if [ -n "${FUZZ_SOAK:-}" ]; then
     "$VENV/bin/python" fuzz.py --soak "$FUZZ_SOAK" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1

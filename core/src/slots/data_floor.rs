@@ -65,4 +65,29 @@ impl SlotTable {
         state.counts = counts;
         Some(request)
     }
+
+    /// Ids at past times of `key` were handed out in milliseconds up to `ms`, with the clock
+    /// reading `now` (`GuardState::keep_above`): its guard issues only above `ms` from here on.
+    /// A sequence without a slot keeps it as an evicted one does ([`SlotTable::keep_evicted`]),
+    /// so that it costs no slot and its guard starts above it when it gets one.
+    pub fn keep_above(&self, key: SlotKey, ms: i64, now: i64) {
+        let apply = |index: usize| {
+            let slot = self.slot(index);
+            let _lock = slot.lock.lock();
+            if slot.key.load(Ordering::Relaxed) != key {
+                return false;
+            }
+            // SAFETY: the slot's lock is held.
+            unsafe { (*slot.state.get()).keep_above(ms, now) };
+            true
+        };
+        if self.find(key).is_some_and(apply) {
+            return;
+        }
+        // (keys change only under the claim lock: with it held, a key without a slot keeps none)
+        let _claim = self.header().claim_lock.lock();
+        if !self.find(key).is_some_and(apply) {
+            self.keep_evicted(key, ms.saturating_add(1));
+        }
+    }
 }

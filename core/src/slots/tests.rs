@@ -490,3 +490,32 @@ fn an_id_writes_two_cache_lines_of_its_slot() {
     let ids = state + std::mem::offset_of!(GuardState, counts) + std::mem::offset_of!(Counts, ids);
     assert!(ids + 8 <= 64, "the id count ends at byte {}", ids + 8);
 }
+
+#[test]
+fn ids_at_past_times_keep_the_guard_above_them_with_a_slot_or_without() {
+    let owned = OwnedSlotTable::new(2);
+    let t = owned.table();
+    let (a, b) = (slot_key(1, 1), slot_key(1, 2));
+    // a issues at 1_000, then a backfill hands out ids up to 9_000 while the clock reads 11_000,
+    // then the clock steps back to 3_000: a's next id is above the backfill's, and seen as a step
+    assert_eq!(issue_now(t, a, 0, 1_000), 1_000);
+    t.keep_above(a, 9_000, 11_000);
+    match ask(t, None, a, 0, Overflow::Wait, || 3_000).1.unwrap() {
+        Decision::Issue {
+            ms,
+            clock_stepped_back_by,
+            ..
+        } => {
+            assert_eq!(ms, 9_001);
+            assert_eq!(clock_stepped_back_by, Some(8_000));
+        }
+        other => panic!("{other:?}"),
+    }
+    // a guard above the backfill is left where it is
+    t.keep_above(a, 5_000, 11_000);
+    assert_eq!(issue_now(t, a, 1, 3_000), 9_001);
+    // b has no slot: what it keeps costs none, and its guard starts above it when it gets one
+    t.keep_above(b, 7_000, 9_000);
+    assert_eq!(t.in_use(), 1);
+    assert_eq!(issue_now(t, b, 0, 2_000), 7_001);
+}
