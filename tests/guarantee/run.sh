@@ -7,7 +7,9 @@
 # temporary table, REPEATABLE READ catalog reads, dead index entries, the node form, two writers
 # with one node number), the remembered sequence privilege check against nextval()'s own
 # (test_privileges.py: issue 40), then the seeded lifecycle fuzzer (fuzz.py) for FUZZ_SEEDS seeds
-# (default 20) from FUZZ_SEED (default 1). CI runs the same seeds every time, so that a red run
+# (default 20) from FUZZ_SEED (default 1), and the history fuzzer (fuzz_history.py: backfills,
+# conversions, clock steps both ways under libfaketime, restarts, crashes, copies; issues 49, 50)
+# for FUZZ_HISTORY_SEEDS seeds (default 20). CI runs the same seeds every time, so that a red run
 # means a change broke something, not that the dice found an old hole; new seeds are explored by
 # the soak mode (`FUZZ_SOAK=3600 bash tests/guarantee/run.sh`: seeds from the day's number for
 # an hour), whose failures become fixed seeds here. Needs a test build installed (scripts/test.sh
@@ -24,8 +26,12 @@ say "the guarantee's scenarios (PostgreSQL $PG_MAJOR)"
     test_search_path.py test_privileges.py "$@" || status=1
 say "the lifecycle fuzzer (PostgreSQL $PG_MAJOR)"
 if [ -n "${FUZZ_SOAK:-}" ]; then
-    "$VENV/bin/python" fuzz.py --soak "$FUZZ_SOAK" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1
+    # (the soak's time split between the two: copies, then history)
+    "$VENV/bin/python" fuzz.py --soak "$((FUZZ_SOAK / 2))" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1
+    "$VENV/bin/python" fuzz_history.py --soak "$((FUZZ_SOAK / 2))" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1
 else
     "$VENV/bin/python" fuzz.py --seeds "${FUZZ_SEEDS:-20}" --seed "${FUZZ_SEED:-1}" || status=1
+    say "the history fuzzer: backfills and conversions with the clock stepping both ways (PostgreSQL $PG_MAJOR)"
+    "$VENV/bin/python" fuzz_history.py --seeds "${FUZZ_HISTORY_SEEDS:-20}" --seed "${FUZZ_SEED:-1}" || status=1
 fi
 exit "$status"
