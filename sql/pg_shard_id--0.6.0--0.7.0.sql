@@ -761,6 +761,12 @@ BEGIN
             ELSIF r.attgenerated = '' THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'unknown', d.what, 'refuse', NULL, NULL,
                                                     format('depends on %s.%I, and no rule of the conversion knows it', d.rel, d.old_column), false);
+            ELSIF r.attgenerated = 'v' AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = r.adrelid AND contype = 'c'
+                                                       AND conname <> new_check) THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'generated column', what, 'refuse', NULL,
+                                                    format('ALTER TABLE %s DROP COLUMN %I', r.adrelid::regclass, r.attname),
+                                                    format('virtual and computed from %I, in a table with CHECK constraints: PostgreSQL 18 changes such a column''s expression only without them; drop it, convert and add it again (no rewrite)',
+                                                           d.old_column), false);
             ELSIF r.attgenerated = 'v' THEN
                 steps := steps || _pg_shard_id.step(670, 'swap', 'generated column', what, 'carry', NULL,
                                                     format('ALTER TABLE %s ALTER COLUMN %I SET EXPRESSION AS (%s)', r.adrelid::regclass, r.attname, pg_get_expr(r.adbin, r.adrelid)),
@@ -1115,9 +1121,11 @@ BEGIN
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
                _pg_shard_id.conversion_id(TG_ARGV[2]::regclass, TG_ARGV[3]::integer, ts)));
     RETURN NEW;
-EXCEPTION WHEN object_not_in_prerequisite_state THEN
-    -- the new column's index is not built yet (between the prepare and the index build): the
-    -- row keeps no id for now; the batches, which start once the index exists, give it one
+EXCEPTION WHEN object_not_in_prerequisite_state OR insufficient_privilege THEN
+    -- the new column's index is not built yet (between the prepare and the index build), or the
+    -- writer may not read a table that holds the sequence's ids (next_shard_id_at reads only
+    -- what its caller may): the row keeps no id for now; the batches or the finish's sweeps,
+    -- run by the owner, give it one
     RETURN NEW;
 END $$;
 
@@ -1189,7 +1197,9 @@ END $$;
 CREATE PROCEDURE shard_id_convert_prepare(tbl regclass, time_column name, seq regclass, shard integer,
                                           new_column name DEFAULT 'shard_id', fire_triggers boolean DEFAULT false,
                                           subscribers_ready boolean DEFAULT false)
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+-- (lock_timeout: waiting behind a long transaction, its ACCESS EXCLUSIVE requests would make every
+-- writer of the tables wait behind them; it gives up after 10 s instead, having changed nothing)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
 DECLARE
     state _pg_shard_id.conversions;
     key_column name;
@@ -1442,9 +1452,10 @@ END $$;
 
 -- One transaction of shard_id_convert_finish: the first step of the finish not done yet (a
 -- CHECK added, or filled and validated; the statistics), then the swap, then the validation of
--- each foreign key. Returns whether there is more to do.
+-- each foreign key. Returns whether there is more to do. No step waits more than 10 s for a
+-- lock (55P03, and the finish goes on from that step when called again).
 CREATE FUNCTION _pg_shard_id.finish_step(tbl regclass, caller_path text) RETURNS boolean
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
 DECLARE
     state _pg_shard_id.conversions;
     step _pg_shard_id.conversion_step;
@@ -1483,6 +1494,12 @@ BEGIN
     RAISE NOTICE 'pg_shard_id: %.% holds the time-ordered ids; the old key is in %', tbl, state.key_column,
         _pg_shard_id.derived_name(state.key_column, '_before_shard_id');
     RETURN false;
+EXCEPTION WHEN lock_not_available THEN
+    -- a step waits at most 10 s for its lock (behind it, every writer of the table would wait
+    -- too), then gives up, having done nothing
+    RAISE EXCEPTION 'pg_shard_id: the finish of % waited 10 s for a lock: %', tbl, SQLERRM
+        USING ERRCODE = '55P03',
+              HINT = format('A transaction holds a lock on the table (pg_locks and pg_stat_activity show it); nothing of this step was done. End it, then CALL shard_id_convert_finish(%L) again: it goes on from its last step.', tbl::text);
 END $$;
 
 -- The foreign keys to a converted table that are not validated yet (an interrupted finish's).

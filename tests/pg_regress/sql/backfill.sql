@@ -53,6 +53,13 @@ SET ROLE regress_shard_id_backfiller;
 SELECT next_shard_id_at('hist_seq', 3, '2026-03-01');
 RESET ROLE;
 GRANT USAGE ON SEQUENCE hist_seq TO regress_shard_id_backfiller;
+-- and the tables holding its ids: a role that may not read one is refused (42501), naming it,
+-- before anything is locked (issue 50)
+SET ROLE regress_shard_id_backfiller;
+SELECT next_shard_id_at('hist_seq', 3, '2026-03-01');
+SELECT sqlstate_of('SELECT next_shard_id_at(''hist_seq'', 3, ''2026-03-01'')') AS sqlstate;
+RESET ROLE;
+GRANT SELECT ON hist TO regress_shard_id_backfiller;
 SET ROLE regress_shard_id_backfiller;
 SELECT shard_id_extract_shard(next_shard_id_at('hist_seq', 3, '2026-03-01')) AS shard;
 RESET ROLE;
