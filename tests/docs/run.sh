@@ -8,7 +8,10 @@
 #   3. every ```sql example of README.md and docs/*.md runs (tests/docs/sql_examples.py): each file
 #      in one psql session, its blocks in order, in a fresh database of its own, on a throwaway
 #      cluster with the library preloaded; blocks marked `<!-- sql: output -->` are compared with
-#      the output of the block before them; `<!-- sql: skip (reason) -->` opts a block out.
+#      the output of the block before them; `<!-- sql: skip (reason) -->` opts a block out;
+#   4. the rules the pages state in several places agree (tests/docs/rules.py, issue 52): one
+#      CACHE rule, the README's headline with the guarantee's conditions, no step that rewrites a
+#      loaded library, the conversion's thresholds.
 # The masking examples need a key file: written here into the data directory as the postgres user,
 # owner-only (key 1 and key 2, key 1 current), as tests/clients/run.sh does. The examples run as
 # a superuser (postgres), which may mask, unmask and record check values.
@@ -34,6 +37,13 @@ if (cd "$REPO" && python3 "$HERE/sql_examples.py" --check-links "$REPO/target/do
     check "links outside docs/" passed passed
 else
     check "links outside docs/" failed passed
+fi
+
+say "the rules the pages state in several places agree (tests/docs/rules.py)"
+if (cd "$REPO" && python3 "$HERE/rules.py"); then
+    check "the documentation's rules" passed passed
+else
+    check "the documentation's rules" failed passed
 fi
 
 say "every SQL example of README.md and docs/ (PostgreSQL $PG_MAJOR)"

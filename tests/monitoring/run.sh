@@ -6,8 +6,11 @@
 # sequence (one session's select list, `wait` mode); the metrics are read back through Prometheus's
 # HTTP API: the ids counter equals the ids drawn; waits, wait time and exhausted milliseconds
 # appear with the burst. Also: rows of two dropped databases with the same labels (one series, and
-# the scrape still succeeds); a second exporter on a database without the extension (what
-# operators see there); the alerting rules checked and unit-tested with promtool.
+# the scrape still succeeds); shard_id_check()'s rows as series, with a failed row (rows loaded
+# ahead of the clock into a live table) and a warning (one shard number in two sequences' DEFAULTs)
+# made for real and their alerts firing or pending (issue 52); a second exporter on a database
+# without the extension (what operators see there); the alerting rules checked and unit-tested
+# with promtool.
 #
 #   MONITORING_STANDIN=1       no build of pg_shard_id: a plain SQL view of the same columns
 #                              (tests/monitoring/standin.sql) counts the draws; plumbing only
@@ -194,7 +197,7 @@ check "the exporter's scrapes have no error" "$(promql 'max_over_time(pg_exporte
 check "the alerting rules evaluate on the scraped series" \
     "$(curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/rules" | python3 -c 'import json, sys
 rules = [r for g in json.load(sys.stdin)["data"]["groups"] for r in g["rules"]]
-print(len(rules), sorted({r["health"] for r in rules}))')" "4 ['ok']"
+print(len(rules), sorted({r["health"] for r in rules}))')" "8 ['ok']"
 # shellcheck disable=SC2016 # the backquotes are the README's code fences
 mapfile -t exprs < <(sed -n '/^```promql$/,/^```$/p' "$REPO/monitoring/README.md" | grep -v '^```\|^#')
 evaluated=0
@@ -202,7 +205,7 @@ for e in "${exprs[@]}"; do
     curl -fsS -o /dev/null --get "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode "query=$e" &&
         evaluated=$((evaluated + 1))
 done
-check "the PromQL expressions of monitoring/README.md evaluate" "$evaluated of ${#exprs[@]}" "9 of 9"
+check "the PromQL expressions of monitoring/README.md evaluate" "$evaluated of ${#exprs[@]}" "10 of 10"
 check "the counters are typed counter" \
     "$(curl -fsS "http://$MAIN_EXPORTER/metrics" | grep -c '^# TYPE pg_shard_id_[a-z_]*_total counter$')" 6
 
@@ -225,6 +228,39 @@ check "the view has 2 rows with no datname and one sequence_oid" "$([ -n "$dup_o
 check "... one series for both (their ids add up)" \
     "$(wait_for "pg_shard_id_ids_total{datname=\"\",sequence=\"$dup_oid\"}" 2 10)" 2
 check "... and Prometheus still scrapes the exporter" "$(promql 'min_over_time(up{job="postgres"}[5m])')" 1
+
+say "shard_id_check() in Prometheus: a failing row made for real, and its alert"
+if [ -n "$STANDIN" ]; then
+    q -c "UPDATE standin_check_rows SET status = 'failed', detail = 'public.loaded.id holds ids up to ...' WHERE \"check\" = 'data_floor'" \
+      -c "UPDATE standin_check_rows SET status = 'warning', detail = 'shard 11: public.ta.id, public.tb.id' WHERE \"check\" = 'shard_numbers'"
+else
+    # rows loaded ahead of the clock into a table whose sequence is already issuing (the data
+    # floor's documented limit: failed), and one shard number in two sequences' DEFAULTs, as two
+    # writers with one node number would have (warning)
+    q -c "CREATE SEQUENCE loaded_s" \
+      -c "CREATE TABLE loaded (id bigint PRIMARY KEY DEFAULT next_shard_id('loaded_s', 9))" \
+      -c "INSERT INTO loaded DEFAULT VALUES" \
+      -c "INSERT INTO loaded VALUES (shard_id_compose(now() + interval '5 minutes', 9, 0))" \
+      -c "CREATE SEQUENCE a" -c "CREATE SEQUENCE b" \
+      -c "CREATE TABLE ta (id bigint PRIMARY KEY DEFAULT next_shard_id('a', 11))" \
+      -c "CREATE TABLE tb (id bigint PRIMARY KEY DEFAULT next_shard_id('b', 11))"
+    check "shard_id_check() itself: data_floor failed, shard_numbers warning" \
+        "$(q -c "SELECT string_agg(\"check\" || ' ' || status, ', ' ORDER BY \"check\") FROM shard_id_check()
+                 WHERE \"check\" IN ('data_floor', 'shard_numbers')")" "data_floor failed, shard_numbers warning"
+    started="$(date +%s%N)"
+    q -c "SELECT count(*) FROM shard_id_check()" >/dev/null
+    echo "  shard_id_check() took $((($(date +%s%N) - started) / 1000000)) ms here (with psql's start)"
+fi
+check "pg_shard_id_check_status: data_floor is 2 (failed), naming the column" \
+    "$(wait_for 'pg_shard_id_check_status{datname="postgres",check="data_floor",columns="public.loaded.id"}' 2 15)" 2
+check "pg_shard_id_check_status: shard_numbers is 1 (warning), naming both columns" \
+    "$(wait_for 'pg_shard_id_check_status{check="shard_numbers",columns="public.ta.id, public.tb.id"}' 1 15)" 1
+check "pg_shard_id_check_status: preload is 0" "$(promql 'pg_shard_id_check_status{check="preload"}')" 0
+check "the alert PgShardIdCheckFailed fires for data_floor" \
+    "$(wait_for 'ALERTS{alertname="PgShardIdCheckFailed",check="data_floor",alertstate="firing"}' 1 15)" 1
+check "the alert PgShardIdCheckWarning waits its 30 minutes (pending)" \
+    "$(wait_for 'ALERTS{alertname="PgShardIdCheckWarning",check="shard_numbers",alertstate="pending"}' 1 15)" 1
+check "no alert PgShardIdNotPreloaded" "$(promql 'count(ALERTS{alertname="PgShardIdNotPreloaded"})')" ""
 
 say "the exporter on a database without the extension"
 metrics="$(curl -fsS "http://$NOEXT_EXPORTER/metrics")"
