@@ -8,6 +8,7 @@ use pgrx::prelude::*;
 
 mod adopt;
 mod backfill;
+mod catalog_watch;
 mod check;
 mod clock;
 mod convert;
@@ -45,6 +46,7 @@ pub extern "C-unwind" fn _PG_init() {
     // the lease is the layer above the table: shmem calls back into it, never imports it
     if shmem::init(lease::start) {
         lease::register_wal();
+        catalog_watch::register();
     }
 }
 

@@ -7,7 +7,8 @@ use pgrx::prelude::*;
 /// Makes sequence `seq`'s guard read the rows stored in its `DEFAULT` columns again, now, after
 /// rows were loaded into a table it already issues ids for (`COPY`, a data-only restore, `INSERT`
 /// of explicit ids from another server): its next ids start above them. A sequence's first id
-/// after a restart, or after its guard slot was reused, does this by itself.
+/// after a restart, or after its guard slot was reused and its kept entry lost, does this by
+/// itself; an evicted sequence that still has its entry reads them when it comes back.
 ///
 /// ```sql
 /// shard_id_resync(seq regclass) RETURNS timestamptz

@@ -11,20 +11,27 @@ use std::ffi::CStr;
 /// (`fmgr_security_definer`): a new GUC nest level, popped when `work` returns; an ERROR in
 /// `work` pops it with the (sub)transaction it aborts.
 pub fn with_setting<T>(name: &CStr, value: &CStr, work: impl FnOnce() -> T) -> T {
+    with_settings(&[(name, value)], work)
+}
+
+/// [`with_setting`] for several settings at once.
+pub fn with_settings<T>(settings: &[(&CStr, &CStr)], work: impl FnOnce() -> T) -> T {
     // SAFETY: GUC calls in a backend inside a transaction; the nest level is pushed and popped
     // here, or popped by the abort of the (sub)transaction an ERROR ends.
     unsafe {
         let nest = pg_sys::NewGUCNestLevel();
-        pg_sys::set_config_option(
-            name.as_ptr(),
-            value.as_ptr(),
-            pg_sys::GucContext::PGC_USERSET,
-            pg_sys::GucSource::PGC_S_SESSION,
-            pg_sys::GucAction::GUC_ACTION_SAVE,
-            true,
-            0,
-            false,
-        );
+        for (name, value) in settings {
+            pg_sys::set_config_option(
+                name.as_ptr(),
+                value.as_ptr(),
+                pg_sys::GucContext::PGC_USERSET,
+                pg_sys::GucSource::PGC_S_SESSION,
+                pg_sys::GucAction::GUC_ACTION_SAVE,
+                true,
+                0,
+                false,
+            );
+        }
         let result = work();
         pg_sys::AtEOXact_GUC(true, nest);
         result

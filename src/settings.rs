@@ -24,7 +24,7 @@
 
 use pg_shard_id_core::guard::{Overflow, MAX_LEAD_MS};
 use pg_shard_id_core::layout::{MAX_SHARD, SEQ_VALUES};
-use pg_shard_id_core::slots::SLOT_BYTES;
+use pg_shard_id_core::slots::{BYTES_PER_SLOT, KEPT_PER_SLOT};
 use pg_shard_id_core::time::{parse_epoch, DEFAULT_EPOCH, DEFAULT_EPOCH_UNIX_MS};
 use pgrx::prelude::*;
 use pgrx::{GucContext, GucEnum, GucFlags, GucRegistry, GucSetting, PostgresGucEnum};
@@ -265,9 +265,10 @@ fn define_max_sequences() {
         c"pg_shard_id.max_sequences",
         c"Sequences the cluster-wide uniqueness guard tracks at once.",
         leaked(format!(
-            "One slot of {SLOT_BYTES} bytes of shared memory per sequence; when the 32 slots a \
-             sequence may use are taken, their least recently used one is reused, safely. Needs \
-             a restart."
+            "One slot per sequence, {BYTES_PER_SLOT} bytes of shared memory with room to keep \
+             {KEPT_PER_SLOT} evicted sequences; when the 32 slots a sequence may use are taken, \
+             their least recently used one is reused, safely, and the sequence it held comes \
+             back without a catalog read while it is kept. Needs a restart."
         )),
         &MAX_SEQUENCES,
         MAX_SEQUENCES_RANGE.0,

@@ -15,6 +15,7 @@
 
 use crate::settings;
 use pg_shard_id_core::backfill::SharedReservations;
+use pg_shard_id_core::catalog_watch::CatalogWatch;
 use pg_shard_id_core::slots::{OwnedSlotTable, SlotTable};
 use pgrx::prelude::*;
 use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
@@ -28,6 +29,9 @@ use std::sync::OnceLock;
 static SHARED_TABLE: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// `next_shard_id_at`'s reservations (null: none, the library was not preloaded).
 static RESERVATIONS: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+/// The data floor's memory of which databases have defaults that name no sequence
+/// (`crate::catalog_watch`; null: none, the library was not preloaded).
+static CATALOG_WATCH: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// Set in `_PG_init` when loaded from `shared_preload_libraries`.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
@@ -72,6 +76,13 @@ pub fn reservations() -> Option<&'static SharedReservations> {
     let mem = RESERVATIONS.load(Ordering::Acquire);
     // SAFETY: a non-null `mem` is zeroed shared memory of the right size, made at start-up.
     (!mem.is_null()).then(|| unsafe { SharedReservations::attach(mem) })
+}
+
+/// The catalog watch (`crate::catalog_watch`), if the library was preloaded.
+pub fn catalog_watch() -> Option<&'static CatalogWatch> {
+    let mem = CATALOG_WATCH.load(Ordering::Acquire);
+    // SAFETY: a non-null `mem` is zeroed shared memory of the right size, made at start-up.
+    (!mem.is_null()).then(|| unsafe { CatalogWatch::attach(mem) })
 }
 
 /// The per-session table, if this backend made one. Never calls into PostgreSQL.
@@ -166,6 +177,7 @@ unsafe fn request_shared_memory() {
     unsafe {
         pg_sys::RequestAddinShmemSpace(table_bytes());
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<SharedReservations>());
+        pg_sys::RequestAddinShmemSpace(std::mem::size_of::<CatalogWatch>());
     }
 }
 
@@ -220,19 +232,28 @@ unsafe extern "C-unwind" fn shmem_startup() {
             }
         }
         SHARED_TABLE.store(mem, Ordering::Release);
-        let size = std::mem::size_of::<SharedReservations>();
-        let mem = pg_sys::ShmemInitStruct(c"pg_shard_id backfill".as_ptr(), size, &mut found)
-            .cast::<u8>();
-        assert_eq!(
-            mem as usize % std::mem::align_of::<SharedReservations>(),
-            0,
-            "shared memory is not aligned"
+        let zeroed = |name: &std::ffi::CStr, size: usize, align: usize| {
+            let mut found = false;
+            let mem = pg_sys::ShmemInitStruct(name.as_ptr(), size, &mut found).cast::<u8>();
+            assert_eq!(mem as usize % align, 0, "shared memory is not aligned");
+            if !found {
+                // all zero bytes: empty
+                std::ptr::write_bytes(mem, 0, size);
+            }
+            mem
+        };
+        let mem = zeroed(
+            c"pg_shard_id backfill",
+            std::mem::size_of::<SharedReservations>(),
+            std::mem::align_of::<SharedReservations>(),
         );
-        if !found {
-            // all zero bytes: an empty table
-            std::ptr::write_bytes(mem, 0, size);
-        }
         RESERVATIONS.store(mem, Ordering::Release);
+        let mem = zeroed(
+            c"pg_shard_id catalog watch",
+            std::mem::size_of::<CatalogWatch>(),
+            std::mem::align_of::<CatalogWatch>(),
+        );
+        CATALOG_WATCH.store(mem, Ordering::Release);
         pg_sys::LWLockRelease(addin_shmem_init_lock());
     }
 }

@@ -5,6 +5,7 @@
 //! Everything here is tested with ordinary `cargo test`, without a database.
 
 pub mod backfill;
+pub mod catalog_watch;
 pub mod guard;
 pub mod hash;
 pub mod health;

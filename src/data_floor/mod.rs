@@ -1,6 +1,7 @@
 //! The data floor: before a fresh guard issues its first id (the sequence's first since the server
-//! started, or since its slot was given to another sequence), it is told the newest id already
-//! stored in every column whose DEFAULT draws from its sequence, and its ids start above it.
+//! started, or since its slot was given to another sequence and its kept entry lost: see
+//! `pg_shard_id_core::slots`), it is told the newest id already stored in every column whose
+//! DEFAULT draws from its sequence, and its ids start above it.
 //!
 //! Why: ids can arrive without anything that records them. Logical replication (a blue/green
 //! switchover), a dump of some schemas, `--data-only` loads and `COPY` carry rows, but not the
@@ -17,7 +18,11 @@
 //!   column it is (a valid, non-partial btree in bigint's own order). Only tables whose owner may
 //!   draw from the sequence count: no role moves another role's ids with a table of its own. It
 //!   reads the catalog with the latest snapshot, so a REPEATABLE READ transaction sees a DEFAULT
-//!   or partition added after it began.
+//!   or partition added after it began. For one sequence it reads only what `pg_depend` lists
+//!   against the sequence, with a plan the backend keeps, so that its cost does not grow with the
+//!   database (issue 51), unless the database has defaults that name no sequence, which count for
+//!   every sequence: whether it has any is remembered across backends until a catalog change
+//!   (`crate::catalog_watch`).
 //! * [`newest_in`] (`read.rs`) reads the index's endpoint as the planner does for its estimates
 //!   (`get_actual_variable_endpoint` in selfuncs.c): one descent of the btree from its high end,
 //!   with a snapshot that sees every row not yet removable, even rows being inserted or deleted

@@ -31,8 +31,16 @@ at the first id (event "lock") is held to what shard_id_check() can see once the
 stored ids in a millisecond above the last one the sequence issued; rows at or below it cannot be
 told from new ids (docs/guarantee.md, section 9).
 
+Many-sequences mode (--tenants, issue 51): the destination's guard table has 16 slots (64 kept
+evicted sequences) and hundreds to thousands of tenant sequences, each with its own table, drawn
+from at random before the first id and all through the inserts, so that s is evicted and comes
+back (without reading its data floor again when it was read before: the case this mode is for)
+while its ids are checked as above; with event "resync", s is live before the rows arrive and
+shard_id_resync() runs while it is evicted. Every tenant insert must succeed (a primary key each).
+
     python fuzz.py --seeds 12 [--seed S]      # CI: seeds S .. S+11
     python fuzz.py --soak 3600 [--seed S]     # soak: seeds from S until an hour has passed
+    python fuzz.py --tenants --seeds 6        # many-sequences mode
 """
 
 import argparse
@@ -111,6 +119,7 @@ class Scenario:
     # may meet them (README, guarantee 9), so a unique violation there is the documented limit
     beyond_jump: set = field(default_factory=set)
     log: list = field(default_factory=list)  # the SQL a reproduction runs
+    tenants: int = 0  # many-sequences mode: tenant sequences churning the guard table
 
 
 def make_table(rng, i, shape):
@@ -185,7 +194,7 @@ CREATE_ROLE = "; ".join(f"DO $$BEGIN IF NOT EXISTS (SELECT FROM pg_roles WHERE r
 ISOLATIONS = ["READ COMMITTED", "REPEATABLE READ", "SERIALIZABLE"]
 
 
-def make_scenario(seed):
+def make_scenario(seed, tenants=False):
     rng = random.Random(seed)
     count = rng.randint(1, 5)
     shapes = [rng.choice(list(SHAPES)) for _ in range(count)]
@@ -210,6 +219,19 @@ def make_scenario(seed):
     # (a draw of its own, so that the draws above stay what they were for every seed)
     clock = random.Random(f"{seed}/clock")
     sc.clock_step_s = clock.choice([30, clock.randint(1, 15 * 60)])
+    if tenants:
+        # (a few more than the 16 slots: evicted sequences stay kept and come back without a read;
+        # hundreds: kept entries overflow into the floor and are read again)
+        sc.tenants = random.Random(f"{seed}/tenants").choice([24, 40, 600, 1500])
+        # the event this mode is most about, more often than chance would give it: s live
+        # before the rows arrive, evicted, resynced while evicted, back
+        # (mostly with few tenants, so that its kept entry lasts until it comes back)
+        if random.Random(f"{seed}/resync").random() < 0.3:
+            sc.event = "resync"
+            again = random.Random(f"{seed}/resync/tenants")
+            sc.tenants = again.choice([24, 40, 24, 600])
+            if not any(t.shape == "temp_other" for t in tables):  # (copied by COPY only)
+                sc.path = again.choice(["copy", "dump_data", "logical_tables", "logical_all"])
     return sc
 
 
@@ -218,8 +240,9 @@ class Failure(Exception):
 
 
 class Fuzzer:
-    def __init__(self, keep=False):
+    def __init__(self, keep=False, tenants=False):
         self.keep = keep  # leave the databases and clusters for a look (--keep)
+        self.tenants = tenants  # many-sequences mode (--tenants)
         conf = ["wal_level = logical", "max_wal_senders = 20", "max_replication_slots = 20",
                 f"pg_shard_id.node = {NODE}", "pg_shard_id.overflow = borrow"]
         self.conf = conf
@@ -250,7 +273,8 @@ class Fuzzer:
 
     def run(self, sc):
         db = f"fz{sc.seed}"
-        slots = 16 if sc.event == "churn_lead" else 8192  # (16, the fewest: churn evicts at once)
+        # (16, the fewest: churn evicts at once)
+        slots = 16 if sc.event == "churn_lead" or sc.tenants else 8192
         if sc.event in ("restart", "crash", "churn_lead") or slots != self.dst_slots:
             self.fresh_destination(slots)
         for c in (self.src, self.dst):
@@ -313,7 +337,13 @@ class Fuzzer:
                             f"(shard_id_compose(now() + interval '5 hours', {t.shard}, 0), 1)")
         src.execute("RESET pg_shard_id.test_clock_offset_ms")
         copied = {t.name: self.ids(src, t) for t in sc.tables}
+        if sc.tenants and sc.event == "resync" and sc.path in ("copy", "dump_data", "logical_tables", "logical_all"):
+            # s is live before the rows arrive: the case shard_id_resync() is for
+            dst.execute("SELECT next_shard_id('s', 0)")
+            sc.log.append("SELECT next_shard_id('s', 0);  -- s live before the rows arrive")
         self.copy(sc, db, src, dst, side)
+        if sc.tenants:
+            self.make_tenants(sc, db)
         epoch, now = self.dst.sql("SELECT (extract(epoch FROM epoch) * 1000)::bigint, "
                                   "(extract(epoch FROM clock_timestamp()) * 1000)::bigint "
                                   "FROM pg_shard_id_info()", db)[0]
@@ -339,12 +369,67 @@ class Fuzzer:
             self.dst.set_clock(-sc.clock_step_s)
             sc.log.append(f"-- the clock steps back by {sc.clock_step_s} s")
         locked = sc.lock_table if sc.event == "lock" else ""
-        self.insert_new(sc, db, [t for t in sc.tables if t.name != locked], copied)
+        churn = self.churn_until_stopped(sc, db) if sc.tenants else None
+        try:
+            self.insert_new(sc, db, [t for t in sc.tables if t.name != locked], copied)
+        finally:
+            if churn:
+                churn()
         for conn in side:  # the lock, if any, is released after the first ids
             if not conn.autocommit:
                 conn.rollback()
         self.insert_new(sc, db, [t for t in sc.tables if t.name == locked], copied)
         return self.judge(sc, db, copied, clock0 + offset, clock0, cannot_tell)
+
+    def make_tenants(self, sc, db):
+        """Many-sequences mode: sc.tenants tenant sequences on the destination, each with its own
+        table, each drawn from once in a random order (evicting s if it is live)."""
+        with self.dst.connect(db) as conn:
+            conn.execute(f"""DO $$BEGIN FOR i IN 1..{sc.tenants} LOOP
+                EXECUTE format('CREATE SEQUENCE ten_%s_seq', i);
+                EXECUTE format('CREATE TABLE ten_%s (id bigint PRIMARY KEY DEFAULT next_shard_id(%L, 5))',
+                               i, 'ten_' || i || '_seq');
+                END LOOP; END$$""")
+            self.churn(conn, sc, sc.seed, sc.tenants)
+        sc.log.append(f"-- {sc.tenants} tenant sequences and tables (ten_N, ten_N_seq), each drawn from "
+                      "once; max_sequences = 16")
+
+    @staticmethod
+    def churn(conn, sc, seed, inserts):
+        """`inserts` single-row inserts into tenant tables picked at random (seeded)."""
+        conn.execute("SELECT setseed(%s)", ((seed % 1000) / 1000.0,))
+        conn.execute(f"""DO $$BEGIN FOR i IN 1..{inserts} LOOP
+            EXECUTE format('INSERT INTO ten_%s DEFAULT VALUES', 1 + floor(random() * {sc.tenants})::int);
+            END LOOP; END$$""")
+
+    def churn_until_stopped(self, sc, db):
+        """Tenant inserts in another session until the returned function is called (which raises
+        the churn's own failure, if any: every tenant insert must succeed)."""
+        stop, failures = threading.Event(), []
+
+        def work():
+            try:
+                with self.dst.connect(db) as conn:
+                    conn.execute("SET client_min_messages = warning")
+                    rounds = 0
+                    while not stop.is_set():
+                        rounds += 1
+                        self.churn(conn, sc, sc.seed + rounds, 200)
+            except psycopg.Error as e:
+                failures.append(f"a tenant insert failed: {e.sqlstate} {e}")
+
+        th = threading.Thread(target=work)
+        th.start()
+
+        def finish():
+            stop.set()
+            th.join(60)
+            evictions = self.dst.one("SELECT guard_evictions FROM pg_shard_id_info()", db)
+            if failures:
+                raise Failure("; ".join(failures))
+            if evictions == 0:
+                raise RuntimeError("many-sequences mode evicted nothing")
+        return finish
 
     def ids(self, conn, t):
         """Every id stored in t (numeric/text cast back to bigint)."""
@@ -673,7 +758,8 @@ class Fuzzer:
 
 def describe(sc):
     return (f"seed {sc.seed}: shapes {[t.shape for t in sc.tables]}, path {sc.path}, event {sc.event}, "
-            f"lead {sc.lead_ms} ms, implausible row {sc.implausible}, burst {sc.burst}, {sc.isolation}")
+            f"lead {sc.lead_ms} ms, implausible row {sc.implausible}, burst {sc.burst}, {sc.isolation}"
+            + (f", {sc.tenants} tenants" if sc.tenants else ""))
 
 
 def reproduce_script(sc):
@@ -688,7 +774,7 @@ def reproduce_script(sc):
 
 
 def run_seed(fuzzer, seed, shrink=True):
-    sc = make_scenario(seed)
+    sc = make_scenario(seed, fuzzer.tenants)
     try:
         fuzzer.run(sc)
         return None
@@ -698,13 +784,13 @@ def run_seed(fuzzer, seed, shrink=True):
         return f"{describe(sc)}\n  the fuzzer failed: {traceback.format_exc()}"
     full = describe(sc)
     # shrink: drop tables while the same seed's scenario still fails
-    tables = list(make_scenario(seed).tables)
+    tables = list(make_scenario(seed, fuzzer.tenants).tables)
     if shrink:
         changed = True
         while changed and len(tables) > 1:
             changed = False
             for k in range(len(tables)):
-                trial = make_scenario(seed)
+                trial = make_scenario(seed, fuzzer.tenants)
                 trial.tables = tables[:k] + tables[k + 1:]
                 if all(t.promise == "outside" for t in trial.tables):
                     continue
@@ -716,7 +802,7 @@ def run_seed(fuzzer, seed, shrink=True):
                     break
                 except Exception:  # noqa: BLE001 - a trial the harness cannot run: not smaller
                     pass
-    minimal = make_scenario(seed)
+    minimal = make_scenario(seed, fuzzer.tenants)
     minimal.tables = tables
     try:
         fuzzer.run(minimal)  # (for its SQL log)
@@ -732,10 +818,11 @@ def main():
     parser.add_argument("--soak", type=int, default=0, help="run seeds for this many seconds instead")
     parser.add_argument("--no-shrink", action="store_true")
     parser.add_argument("--keep", action="store_true", help="leave the clusters and databases running")
+    parser.add_argument("--tenants", action="store_true", help="many-sequences mode (issue 51)")
     args = parser.parse_args()
     first = args.seed if args.seed is not None else int(datetime.date.today().strftime("%Y%m%d")) * 100
     print(f"fuzz: seeds from {first} (re-run one: fuzz.py --seed N --seeds 1)", flush=True)
-    fuzzer = Fuzzer(args.keep)
+    fuzzer = Fuzzer(args.keep, args.tenants)
     passed = failed = 0
     started = time.monotonic()
     seed = first
@@ -744,7 +831,7 @@ def main():
             report = run_seed(fuzzer, seed, not args.no_shrink)
             if report is None:
                 passed += 1
-                print(f"  ok    {describe(make_scenario(seed))}", flush=True)
+                print(f"  ok    {describe(make_scenario(seed, fuzzer.tenants))}", flush=True)
             else:
                 failed += 1
                 print(f"  FAIL  {report}", flush=True)

@@ -6,8 +6,11 @@
 # origin record with 2 and 8 sessions at every isolation level, locked tables, another session's
 # temporary table, REPEATABLE READ catalog reads, dead index entries, the node form, two writers
 # with one node number), the remembered sequence privilege check against nextval()'s own
-# (test_privileges.py: issue 40), then the seeded lifecycle fuzzer (fuzz.py) for FUZZ_SEEDS seeds
-# (default 20) from FUZZ_SEED (default 1), and the history fuzzer (fuzz_history.py: backfills,
+# (test_privileges.py: issue 40), thousands of tenants (test_tenants.py: the catalog watch against
+# every way of adding a DEFAULT that names no sequence, evicted sequences coming back; issue 51),
+# then the seeded lifecycle fuzzer (fuzz.py) for FUZZ_SEEDS seeds (default 20) from FUZZ_SEED
+# (default 1), again in its many-sequences mode (--tenants: 16 guard slots, tenant sequences
+# evicting s all along) for FUZZ_TENANT_SEEDS seeds (default 8), and the history fuzzer (fuzz_history.py: backfills,
 # conversions, clock steps both ways under libfaketime, restarts, crashes, copies; issues 49, 50)
 # for FUZZ_HISTORY_SEEDS seeds (default 20). CI runs the same seeds every time, so that a red run
 # means a change broke something, not that the dice found an old hole; new seeds are explored by
@@ -23,14 +26,17 @@ cd "$HERE"
 status=0
 say "the guarantee's scenarios (PostgreSQL $PG_MAJOR)"
 "$VENV/bin/python" -m pytest -q -p no:cacheprovider test_scenarios.py test_backfill.py test_convert.py test_convert_schema.py test_convert_replicas.py test_backfill_limits.py \
-    test_search_path.py test_privileges.py "$@" || status=1
+    test_search_path.py test_privileges.py test_tenants.py "$@" || status=1
 say "the lifecycle fuzzer (PostgreSQL $PG_MAJOR)"
 if [ -n "${FUZZ_SOAK:-}" ]; then
-    # (the soak's time split between the two: copies, then history)
-    "$VENV/bin/python" fuzz.py --soak "$((FUZZ_SOAK / 2))" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1
-    "$VENV/bin/python" fuzz_history.py --soak "$((FUZZ_SOAK / 2))" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1
+    # (the soak's time split in three: copies, copies among many sequences, then history)
+    "$VENV/bin/python" fuzz.py --soak "$((FUZZ_SOAK / 3))" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1
+    "$VENV/bin/python" fuzz.py --tenants --soak "$((FUZZ_SOAK / 3))" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1
+    "$VENV/bin/python" fuzz_history.py --soak "$((FUZZ_SOAK / 3))" ${FUZZ_SEED:+--seed "$FUZZ_SEED"} || status=1
 else
     "$VENV/bin/python" fuzz.py --seeds "${FUZZ_SEEDS:-20}" --seed "${FUZZ_SEED:-1}" || status=1
+    say "the lifecycle fuzzer, many-sequences mode: 16 guard slots, tenant sequences churning (PostgreSQL $PG_MAJOR)"
+    "$VENV/bin/python" fuzz.py --tenants --seeds "${FUZZ_TENANT_SEEDS:-8}" --seed "${FUZZ_SEED:-1}" || status=1
     say "the history fuzzer: backfills and conversions with the clock stepping both ways (PostgreSQL $PG_MAJOR)"
     "$VENV/bin/python" fuzz_history.py --seeds "${FUZZ_HISTORY_SEEDS:-20}" --seed "${FUZZ_SEED:-1}" || status=1
 fi

@@ -7,7 +7,8 @@ use std::sync::atomic::Ordering;
 
 impl SlotTable {
     /// From now on, a guard given a slot (a sequence's first id since the server started, or
-    /// since its slot was taken from it) issues nothing until it is told the newest id stored for
+    /// since its slot was taken from it, unless it comes back with its data floor read before:
+    /// `SlotTable::hand_over`) issues nothing until it is told the newest id stored for
     /// its sequence: it answers [`crate::guard::Decision::ReadDataFloor`] and the caller reads the data and
     /// calls [`SlotTable::settle_data_floor`]. The extension's tables do; tests choose.
     pub fn ask_for_data_floors(&self) {
@@ -47,9 +48,15 @@ impl SlotTable {
     /// Makes `key`'s guard, if it has a slot and the table asks for data floors, wait for its
     /// data floor again before its next id (rows were loaded into a live table:
     /// `shard_id_resync()`), on a new request, which it returns: reads begun before now answer
-    /// older requests and settle nothing.
+    /// older requests and settle nothing. An evicted sequence reads it when it comes back.
     pub fn forget_data_floor(&self, key: SlotKey) -> Option<FloorRequest> {
-        let index = self.find(key)?;
+        // keys change only under the claim lock: with it held, a key without a slot gets none
+        let _claim = self.header().claim_lock.lock();
+        let Some(index) = self.find(key) else {
+            // an evicted sequence reads its data floor when it comes back
+            self.unsettle_evicted(key);
+            return None;
+        };
         let slot = self.slot(index);
         let _lock = slot.lock.lock();
         if slot.key.load(Ordering::Relaxed) != key {
@@ -69,7 +76,8 @@ impl SlotTable {
     /// Ids at past times of `key` were handed out in milliseconds up to `ms`, with the clock
     /// reading `now` (`GuardState::keep_above`): its guard issues only above `ms` from here on.
     /// A sequence without a slot keeps it as an evicted one does ([`SlotTable::keep_evicted`]),
-    /// so that it costs no slot and its guard starts above it when it gets one.
+    /// so that it costs no slot and its guard starts above it when it gets one (reading its data
+    /// floor then unless it was read before its eviction).
     pub fn keep_above(&self, key: SlotKey, ms: i64, now: i64) {
         let apply = |index: usize| {
             let slot = self.slot(index);
@@ -87,7 +95,7 @@ impl SlotTable {
         // (keys change only under the claim lock: with it held, a key without a slot keeps none)
         let _claim = self.header().claim_lock.lock();
         if !self.find(key).is_some_and(apply) {
-            self.keep_evicted(key, ms.saturating_add(1));
+            self.keep_evicted(key, ms.saturating_add(1), false);
         }
     }
 }

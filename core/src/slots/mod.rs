@@ -13,13 +13,16 @@
 //!   scanned every slot, twice: 17 ms with the lock held at 2^20 slots, `examples/claim_cost.rs`).
 //! * **The table is never full.** When a key's window is taken, the least recently used slot of
 //!   the window is given to the new sequence, and the evicted guard's last millisecond, plus one,
-//!   is kept *for its sequence* ([`EVICTED_KEPT`] of them): a sequence that comes back after its
-//!   slot was taken starts above everything it issued before, and a lead one sequence had (its
-//!   data floor put it an hour ahead: rows copied in, a temporary table of its own) moves no other
-//!   sequence. When more are kept than there is room for, the smallest goes into the table's
-//!   *floor*, under every guard created from then on. No amount of churn (say, a role creating
-//!   thousands of temporary sequences) can make another sequence fail or repeat. The same floor
-//!   carries the lease file's value after a restart.
+//!   is *kept for its sequence* ([`KEPT_PER_SLOT`] entries per slot, after the slots, in windows
+//!   as the slots are), with whether its data floor was read: a sequence that comes back after its
+//!   slot was taken starts above everything it issued before, without reading its data floor
+//!   again (issue 51: coming back costs a claim, not a catalog read), and a lead one sequence had
+//!   (its data floor put it an hour ahead: rows copied in, a temporary table of its own) moves no
+//!   other sequence. When a kept entry's window is full, the smallest goes into the table's
+//!   *floor*, under every guard created from then on (and its sequence reads its data floor when
+//!   it comes back). No amount of churn (say, a role creating thousands of temporary sequences)
+//!   can make another sequence fail or repeat. The same floor carries the lease file's value
+//!   after a restart.
 //! * Claiming a slot and issuing its first id happen in one critical section, so a claimed slot
 //!   cannot be evicted before its claimer has used it: every call makes progress.
 
@@ -62,14 +65,38 @@ pub const fn database_of(key: SlotKey) -> u32 {
 /// with a chance below 1e-9 while a quarter of the slots are taken.
 pub const WINDOW_SLOTS: usize = 32;
 
-/// How many evicted sequences' last milliseconds the table keeps, each for its own sequence,
-/// before the smallest goes into the floor under every sequence. 64: a role that wants to move
-/// every sequence's ids ahead through evictions needs more than 64 sequences whose own data
-/// floors are ahead, and moves them at most as far as the data floor trusts (1 h 10 min).
-pub const EVICTED_KEPT: usize = 64;
+/// How many evicted sequences the table keeps per slot (their last millisecond, and whether their
+/// data floor was read), each for its own sequence, before the smallest of a window goes into the
+/// floor under every sequence. 4: at the default 8192 slots, 32,768 sequences beyond those in
+/// slots come back without a catalog read, for 24 bytes each (768 KiB). A role that wants to move
+/// every sequence's ids ahead through evictions must fill a window of 32 entries with sequences
+/// whose own data floors are ahead, and moves them at most as far as the data floor trusts
+/// (1 h 10 min).
+pub const KEPT_PER_SLOT: usize = 4;
+
+/// An evicted sequence, kept for itself. Read and written only with the claim lock held.
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Kept {
+    /// 0: a free entry.
+    key: SlotKey,
+    /// One past the last millisecond it issued (or the floor it started from).
+    next_ms: i64,
+    /// 1 when its data floor was read (and is below `next_ms`): it comes back without reading it.
+    settled: u64,
+}
+
+const FREE: Kept = Kept {
+    key: 0,
+    next_ms: i64::MIN,
+    settled: 0,
+};
 
 /// Shared memory per slot, in bytes (the `pg_shard_id.max_sequences` description quotes it).
 pub const SLOT_BYTES: usize = std::mem::size_of::<Slot>();
+
+/// Shared memory per slot with its kept evicted sequences, in bytes (quoted as `SLOT_BYTES`).
+pub const BYTES_PER_SLOT: usize = SLOT_BYTES + KEPT_PER_SLOT * std::mem::size_of::<Kept>();
 
 #[repr(C)]
 struct Header {
@@ -95,9 +122,6 @@ struct Header {
     /// were made by another server or database (ms since the epoch; `i64::MIN`: none).
     elsewhere_floor: AtomicI64,
     claim_lock: SpinLock,
-    /// Evicted sequences: `(key, one past the last ms it issued)`, key 0 for a free entry.
-    /// Read and written only with `claim_lock` held.
-    evicted: UnsafeCell<[(SlotKey, i64); EVICTED_KEPT]>,
 }
 
 /// 64-byte aligned (a cache line): an id writes the line of the lock, the key, the guard's
@@ -120,6 +144,8 @@ struct Slot {
 pub struct SlotTable {
     header: NonNull<Header>,
     slots: NonNull<Slot>,
+    /// [`KEPT_PER_SLOT`] per slot, after the slots.
+    kept: NonNull<UnsafeCell<Kept>>,
 }
 
 // SAFETY: the view is two pointers into memory that outlives it (a contract of `init_in` and
@@ -133,10 +159,15 @@ const fn slots_offset() -> usize {
     std::mem::size_of::<Header>().div_ceil(align) * align
 }
 
+/// Where the kept entries start (a slot's size is a multiple of their alignment).
+const fn kept_offset(capacity: usize) -> usize {
+    slots_offset() + capacity * SLOT_BYTES
+}
+
 impl SlotTable {
     /// Bytes needed for a table of `capacity` slots.
     pub const fn size_of(capacity: usize) -> usize {
-        slots_offset() + capacity * SLOT_BYTES
+        kept_offset(capacity) + capacity * KEPT_PER_SLOT * std::mem::size_of::<Kept>()
     }
 
     /// Alignment the memory block needs.
@@ -173,7 +204,6 @@ impl SlotTable {
                 data_floor_requests: AtomicU64::new(0),
                 elsewhere_floor: AtomicI64::new(i64::MIN),
                 claim_lock: SpinLock::new(),
-                evicted: UnsafeCell::new([(0, i64::MIN); EVICTED_KEPT]),
             });
             let slots = mem.add(slots_offset()).cast::<Slot>();
             for i in 0..capacity {
@@ -184,6 +214,10 @@ impl SlotTable {
                     state: UnsafeCell::new(GuardState::new()),
                 });
             }
+            let kept = mem.add(kept_offset(capacity)).cast::<UnsafeCell<Kept>>();
+            for i in 0..capacity * KEPT_PER_SLOT {
+                kept.add(i).write(UnsafeCell::new(FREE));
+            }
             SlotTable::attach(mem)
         }
     }
@@ -193,10 +227,17 @@ impl SlotTable {
     /// # Safety
     /// `mem` must point to such a table, which must outlive every use of the view.
     pub unsafe fn attach(mem: *mut u8) -> SlotTable {
+        let header: NonNull<Header> =
+            NonNull::new(mem.cast()).expect("slot table at a null address");
+        // SAFETY: an initialised header (caller's contract).
+        let capacity = unsafe { header.as_ref() }.capacity;
         SlotTable {
-            header: NonNull::new(mem.cast()).expect("slot table at a null address"),
-            // SAFETY: the table's slots start `slots_offset()` bytes in (caller's contract).
+            header,
+            // SAFETY: the table's slots start `slots_offset()` bytes in, and its kept entries
+            // `kept_offset(capacity)` bytes in (caller's contract).
             slots: NonNull::new(unsafe { mem.add(slots_offset()) }.cast()).expect("null slots"),
+            // SAFETY: as above.
+            kept: NonNull::new(unsafe { mem.add(kept_offset(capacity)) }.cast()).expect("null"),
         }
     }
 
@@ -358,9 +399,13 @@ impl SlotTable {
                 continue;
             }
             // SAFETY: the slot's lock is held.
-            let evicted_last = unsafe { (*slot.state.get()).last_ms() };
-            if let Some(last) = evicted_last {
-                self.keep_evicted(slot.key.load(Ordering::Relaxed), last.saturating_add(1));
+            let state = unsafe { &*slot.state.get() };
+            let settled = !state.is_awaiting_data_floor();
+            if state.last_ms().is_some() || settled {
+                let next_ms = state
+                    .last_ms()
+                    .map_or(i64::MIN, |last| last.saturating_add(1));
+                self.keep_evicted(slot.key.load(Ordering::Relaxed), next_ms, settled);
             }
             self.hand_over(slot, key);
             self.header().evictions.fetch_add(1, Ordering::Relaxed);
@@ -369,11 +414,18 @@ impl SlotTable {
         unreachable!("the last attempt always evicts")
     }
 
-    /// Gives `slot` to `key` with a fresh guard that starts at the floor. The slot's lock must be
-    /// held, and the claim lock (keys change only under it).
+    /// Gives `slot` to `key` with a fresh guard that starts at the floor, or above what it kept
+    /// when it was evicted; it waits for its data floor unless it was read before its eviction.
+    /// The slot's lock must be held, and the claim lock (keys change only under it).
     fn hand_over(&self, slot: &Slot, key: SlotKey) {
-        let floor = self.floor().max(self.take_evicted(key).unwrap_or(i64::MIN));
-        let fresh = match self.next_floor_request() {
+        let kept = self.take_evicted(key).unwrap_or(FREE);
+        let floor = self.floor().max(kept.next_ms);
+        let request = if kept.settled == 1 {
+            None
+        } else {
+            self.next_floor_request()
+        };
+        let fresh = match request {
             Some(request) => GuardState::awaiting_data_floor(floor, request),
             None => GuardState::with_floor(floor),
         };
@@ -382,31 +434,58 @@ impl SlotTable {
         slot.key.store(key, Ordering::Release);
     }
 
-    /// Keeps `next_ms` (one past the last ms it issued) for evicted `key`. When every entry is
-    /// taken, the smallest of them and `next_ms` goes into the floor, and its entry to the other.
-    /// The claim lock must be held.
-    fn keep_evicted(&self, key: SlotKey, next_ms: i64) {
+    /// The kept entries of `key`'s window, in probe order, to read and change.
+    ///
+    /// # Safety
+    /// The claim lock is held (only its holder touches the entries), and no other reference to
+    /// an entry is alive while these are.
+    #[allow(clippy::mut_from_ref)]
+    unsafe fn kept_window(&self, key: SlotKey) -> impl Iterator<Item = &mut Kept> {
+        let entries = self.capacity() * KEPT_PER_SLOT;
+        let home = (key.wrapping_mul(0xC2B2_AE3D_27D4_EB4F) >> 32) as usize % entries;
+        (0..WINDOW_SLOTS.min(entries)).map(move |probe| {
+            // SAFETY: every index is below `entries`, all initialised by `init_in`; the caller's
+            // contract makes the reference exclusive.
+            unsafe { &mut *(*self.kept.as_ptr().add((home + probe) % entries)).get() }
+        })
+    }
+
+    /// Keeps `next_ms` (one past the last ms it issued) for evicted `key`, and whether its data
+    /// floor was read (`settled`; an entry already kept for it keeps its own). When the window's
+    /// entries are all taken, the smallest of them and `next_ms` goes into the floor, and its
+    /// entry to the other. The claim lock must be held.
+    fn keep_evicted(&self, key: SlotKey, next_ms: i64, settled: bool) {
         let floor = self.floor();
-        // SAFETY: the claim lock is held, and only its holder touches the entries.
-        let kept = unsafe { &mut *self.header().evicted.get() };
-        if next_ms <= floor {
+        // SAFETY: the claim lock is held; the entries are used only in this call.
+        let mut window: Vec<&mut Kept> = unsafe { self.kept_window(key) }.collect();
+        if let Some(entry) = window.iter_mut().find(|e| e.key == key) {
+            entry.next_ms = entry.next_ms.max(next_ms);
+            entry.settled |= u64::from(settled);
+            return;
+        }
+        if next_ms <= floor && !settled {
             return; // the floor covers it
         }
-        if let Some(entry) = kept.iter_mut().find(|e| e.0 == key) {
-            entry.1 = entry.1.max(next_ms);
-            return;
-        }
-        if let Some(entry) = kept.iter_mut().find(|e| e.0 == 0 || e.1 <= floor) {
-            *entry = (key, next_ms);
-            return;
-        }
-        let smallest = kept
+        let new = Kept {
+            key,
+            next_ms,
+            settled: u64::from(settled),
+        };
+        // a free entry, or one the floor covers and that has nothing else to keep
+        if let Some(entry) = window
             .iter_mut()
-            .min_by_key(|e| e.1)
-            .expect("EVICTED_KEPT > 0");
-        if smallest.1 < next_ms {
-            self.raise_floor(smallest.1);
-            *smallest = (key, next_ms);
+            .find(|e| e.key == 0 || (e.next_ms <= floor && e.settled == 0))
+        {
+            **entry = new;
+            return;
+        }
+        let smallest = window
+            .into_iter()
+            .min_by_key(|e| e.next_ms)
+            .expect("WINDOW_SLOTS > 0");
+        if smallest.next_ms < next_ms {
+            self.raise_floor(smallest.next_ms);
+            *smallest = new;
         } else {
             self.raise_floor(next_ms);
         }
@@ -414,13 +493,19 @@ impl SlotTable {
 
     /// What [`SlotTable::keep_evicted`] kept for `key`, forgotten now that it has a slot again.
     /// The claim lock must be held.
-    fn take_evicted(&self, key: SlotKey) -> Option<i64> {
-        // SAFETY: the claim lock is held, and only its holder touches the entries.
-        let kept = unsafe { &mut *self.header().evicted.get() };
-        let entry = kept.iter_mut().find(|e| e.0 == key)?;
-        let next_ms = entry.1;
-        *entry = (0, i64::MIN);
-        Some(next_ms)
+    fn take_evicted(&self, key: SlotKey) -> Option<Kept> {
+        // SAFETY: the claim lock is held; the entries are used only in this call.
+        let entry = unsafe { self.kept_window(key) }.find(|e| e.key == key)?;
+        Some(std::mem::replace(entry, FREE))
+    }
+
+    /// Makes evicted `key`, if it is kept, read its data floor when it comes back. The claim lock
+    /// must be held.
+    fn unsettle_evicted(&self, key: SlotKey) {
+        // SAFETY: the claim lock is held; the entries are used only in this call.
+        if let Some(entry) = unsafe { self.kept_window(key) }.find(|e| e.key == key) {
+            entry.settled = 0;
+        }
     }
 
     /// The key of every slot, in slot order (0: empty; tests only).

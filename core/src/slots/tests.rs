@@ -67,22 +67,40 @@ fn fresh_guards_wait_for_their_data_floor_when_the_table_asks() {
         3_001,
         "the used remainders of 3_000 are forgotten"
     );
-    // every other key of the window evicts it; coming back, it asks again
-    for seq in 0..WINDOW_SLOTS as u32 {
-        let other = slot_key(2, 1_000 + seq);
-        if let Decision::ReadDataFloor(r) = ask(t, None, other, 0, Overflow::Wait, || 60).1.unwrap()
-        {
-            t.settle_data_floor(other, r, None);
+    // every other key of the window evicts it; coming back, it issues above what it issued,
+    // without reading its data floor again (it was read before: issue 51)
+    let evict = |t: &SlotTable, clock: i64| {
+        for seq in 0..WINDOW_SLOTS as u32 {
+            let other = slot_key(2, 1_000 + seq);
+            if let Decision::ReadDataFloor(r) =
+                ask(t, None, other, 0, Overflow::Wait, || clock).1.unwrap()
+            {
+                t.settle_data_floor(other, r, None);
+            }
         }
-    }
-    let (_, d) = ask(t, None, key, 2, Overflow::Wait, || 60);
+    };
+    evict(t, 60);
+    assert_eq!(t.find(key), None, "evicted");
+    assert_eq!(
+        issue_now(t, key, 2, 60),
+        3_002,
+        "at once, above what it issued"
+    );
+    // rows loaded while it was evicted (shard_id_resync()): coming back, it reads them
+    evict(t, 70);
+    assert_eq!(t.find(key), None, "evicted again");
+    assert_eq!(t.forget_data_floor(key), None, "no guard to make wait now");
+    let (_, d) = ask(t, None, key, 3, Overflow::Wait, || 70);
     let reclaimed = floor_request(d);
     assert!(reclaimed != request && reclaimed != again);
-    t.settle_data_floor(key, reclaimed, None);
-    assert!(
-        issue_now(t, key, 2, 60) > 3_000,
-        "the eviction's floor is above what it issued"
-    );
+    t.settle_data_floor(key, reclaimed, Some(5_000));
+    assert_eq!(issue_now(t, key, 3, 70), 5_000);
+    // one whose data floor was never read when it was evicted reads it when it comes back
+    let unread = slot_key(1, 101);
+    let first = floor_request(ask(t, None, unread, 0, Overflow::Wait, || 80).1);
+    evict(t, 90);
+    let next = floor_request(ask(t, None, unread, 0, Overflow::Wait, || 90).1);
+    assert_ne!(first, next);
     // a table that does not ask (the core tests' default) issues at once
     let plain = OwnedSlotTable::new(4);
     assert_eq!(issue_now(plain.table(), key, 0, 50), 50);
@@ -142,7 +160,11 @@ fn slot_size_is_what_the_docs_quote() {
     // for the default layout (10-bit sequence field: a 1024-bit set per slot; 48 bytes of
     // statistics; the data floor: 16).
     assert_eq!(SLOT_BYTES, 256);
-    assert_eq!(SlotTable::size_of(8192), 8192 * SLOT_BYTES + slots_offset());
+    // and 4 kept evicted sequences of 24 bytes per slot: 352 bytes per slot in all
+    assert_eq!(
+        SlotTable::size_of(8192),
+        8192 * (SLOT_BYTES + KEPT_PER_SLOT * 24) + slots_offset()
+    );
 }
 
 #[test]
@@ -198,14 +220,14 @@ fn one_sequences_lead_moves_no_other_until_more_are_kept_than_there_is_room_for(
     let ahead = slot_key(1, 1);
     assert_eq!(issue_now(t, ahead, 0, 3_600_000), 3_600_000);
     assert_eq!(issue_now(t, slot_key(1, 2), 0, 1_000), 1_000);
-    // EVICTED_KEPT evicted sequences are kept at once (the loop's keys evict one another)...
-    for n in 0..EVICTED_KEPT as u32 - 1 {
+    // a one-slot table keeps KEPT_PER_SLOT evicted sequences (the loop's keys evict one another)...
+    for n in 0..KEPT_PER_SLOT as u32 - 1 {
         issue_now(t, slot_key(2, n), 0, 10_000 + i64::from(n));
     }
     assert_eq!(
         t.floor(),
         i64::MIN,
-        "{EVICTED_KEPT} kept, the floor untouched"
+        "{KEPT_PER_SLOT} kept, the floor untouched"
     );
     // ...one more puts the smallest kept value (slot_key(1, 2)'s) into the floor
     assert_eq!(issue_now(t, slot_key(3, 1), 0, 1_000), 1_001);
