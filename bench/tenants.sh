@@ -11,15 +11,17 @@
 # 2. Inserts over N tenants: N tables drawing from their own sequences (ours), N bigserial
 #    tables, N identity tables and N tables sharing one sequence (ours, shared); 50,000
 #    single-row inserts (pgbench, 2 clients, a tenant at random per insert) after a restart
-#    (first touch) and then twice more (steady state), each kind in turn; seconds, the ratio
-#    bigserial's time / ours (1.0: as fast as bigserial), and the guard's evictions.
+#    (first touch), then TENANTS_STEADY more runs of each kind, interleaved (steady state);
+#    seconds, the ratio bigserial's time / ours (1.0: as fast as bigserial), and the guard's
+#    evictions.
 # 3. One time-partitioned table, PARTITIONS daily partitions (ten years) on one sequence: the
 #    first id after a restart.
 #
 #   bench/tenants.sh                             PostgreSQL 15, the installed build
 #   TENANTS_K="0 1000 10000 100000"              (default) sizes of part 1
 #   TENANTS_N="10 1000 10000 20000"              (default) tenants of part 2
-#   TENANTS_INSERTS=50000 TENANTS_PARTITIONS=3650 TENANTS_ROUNDS=5
+#   TENANTS_INSERTS=50000 TENANTS_PARTITIONS=3650 TENANTS_ROUNDS=5 TENANTS_STEADY=5
+#   TENANTS_PARTS="1 2 3"                        (default) which parts to run
 #   TENANTS_PG=18
 # Prints markdown. Needs a build installed (scripts/install.sh or scripts/test.sh). Run it on an
 # otherwise idle machine; 100,000 tables take a few minutes to create.
@@ -31,6 +33,9 @@ NS="${TENANTS_N:-10 1000 10000 20000}"
 INSERTS="${TENANTS_INSERTS:-50000}"
 PARTITIONS="${TENANTS_PARTITIONS:-3650}"
 ROUNDS="${TENANTS_ROUNDS:-5}"
+STEADY="${TENANTS_STEADY:-5}"
+PARTS=" ${TENANTS_PARTS:-1 2 3} "
+part() { [[ "$PARTS" == *" $1 "* ]]; }
 start_cluster tenants yes "fsync = off" "synchronous_commit = off" "max_locks_per_transaction = 1024" \
     "shared_buffers = '1GB'" "max_wal_size = '8GB'" "autovacuum = off" "jit = off" >/dev/null
 dir="$RUN_DIR/tenants"
@@ -53,6 +58,7 @@ END \$\$"
 }
 
 # ---- 1. the first id against the size of the database ----
+if part 1; then
 echo
 echo "### 1. A sequence's first id, with K other tenant tables in the database"
 echo
@@ -99,11 +105,14 @@ print(f"| {int(sys.argv[2]):,} | {m([w[0] for w in warm]):.0f} | {m([w[1] for w 
 PY
 done
 
+fi
+
 # ---- 2. inserts over N tenants ----
+if part 2; then
 echo
 echo "### 2. $INSERTS single-row inserts over N tenants (pgbench, 2 clients, a tenant at random per insert)"
 echo
-echo "Seconds per run; ratio: bigserial's seconds / ours (1.0: as fast as bigserial). First touch: right after a restart; steady: the next two runs (no restart)."
+echo "Seconds per run of $INSERTS inserts; ratio: bigserial's seconds / ours (1.0: as fast as bigserial). First touch: right after a restart, each kind in turn. Steady: then $STEADY runs of each kind, interleaved (the order turning), median and range of the ratios; evictions: per run, median."
 echo
 echo "| tenants N | run | ours (own sequences) | ratio | evictions | bigserial | identity | ours, one shared sequence | ratio |"
 echo "|---:|---|---:|---:|---:|---:|---:|---:|---:|"
@@ -121,34 +130,47 @@ for n in $NS; do
     run_kind() { # KIND: seconds of INSERTS inserts
         local out
         out=$(pgbench -n -M simple -c 2 -j 2 -t $((INSERTS / 2)) -f "$dir/$1.sql" "$db" 2>&1)
-        python3 -c "import re,sys; t=float(re.search(r'tps = ([0-9.]+)', sys.argv[1]).group(1)); print(f'{$INSERTS / t:.2f}')" "$out"
+        python3 -c "import re,sys; t=float(re.search(r'tps = ([0-9.]+)', sys.argv[1]).group(1)); print(f'{$INSERTS / t:.3f}')" "$out"
     }
     evictions() { q -d "$db" -c "SELECT guard_evictions FROM pg_shard_id_info()"; }
-    declare -A secs=()
+    : >"$dir/runs.$n"
     for kind in ours ser ident shared; do
         restart
-        secs[first,$kind]=$(run_kind "$kind")
-        [ "$kind" = ours ] && secs[first,ev]=$(evictions)
-    done
-    before=$(evictions)
-    for run in 2 3; do
-        for kind in ours ser ident shared; do secs[$run,$kind]=$(run_kind "$kind"); done
-        secs[$run,ev]=$(($(evictions) - before))
         before=$(evictions)
+        echo "first $kind $(run_kind "$kind") $(($(evictions) - before))" >>"$dir/runs.$n"
     done
-    for run in first 2 3; do
-        python3 - "$n" "$run" "${secs[$run,ours]}" "${secs[$run,ser]}" "${secs[$run,ident]}" "${secs[$run,shared]}" "${secs[$run,ev]}" <<'PY'
-import sys
-n, run, ours, ser, ident, shared, ev = sys.argv[1:]
-ours, ser, ident, shared = map(float, (ours, ser, ident, shared))
-label = "first touch" if run == "first" else f"steady ({run})"
-print(f"| {int(n):,} | {label} | {ours:.2f} | {ser / ours:.2f} | {ev} | {ser:.2f} | {ident:.2f} | {shared:.2f} | {ser / shared:.2f} |")
+    kinds=(ours ser ident shared)
+    for run in $(seq "$STEADY"); do
+        for i in 0 1 2 3; do
+            kind=${kinds[$(((i + run) % 4))]}
+            before=$(evictions)
+            echo "steady $kind $(run_kind "$kind") $(($(evictions) - before))" >>"$dir/runs.$n"
+        done
+    done
+    python3 - "$dir/runs.$n" "$n" <<'PY'
+import collections, statistics, sys
+runs = collections.defaultdict(list)  # (phase, kind) -> [(seconds, evictions)]
+for line in open(sys.argv[1]):
+    phase, kind, secs, ev = line.split()
+    runs[phase, kind].append((float(secs), int(ev)))
+n = int(sys.argv[2])
+first = {k: runs["first", k][0] for k in ("ours", "ser", "ident", "shared")}
+print(f"| {n:,} | first touch | {first['ours'][0]:.2f} | {first['ser'][0] / first['ours'][0]:.2f} | {first['ours'][1]} | "
+      f"{first['ser'][0]:.2f} | {first['ident'][0]:.2f} | {first['shared'][0]:.2f} | {first['ser'][0] / first['shared'][0]:.2f} |")
+steady = {k: runs["steady", k] for k in ("ours", "ser", "ident", "shared")}
+med = lambda k: statistics.median(s for s, _ in steady[k])
+ratios = [s / o for (s, _), (o, _) in zip(steady["ser"], steady["ours"])]
+shared = [s / o for (s, _), (o, _) in zip(steady["ser"], steady["shared"])]
+ev = statistics.median(e for _, e in steady["ours"])
+print(f"| {n:,} | steady, {len(ratios)} runs | {med('ours'):.2f} | {statistics.median(ratios):.2f} ({min(ratios):.2f}-{max(ratios):.2f}) | {ev:.0f} | "
+      f"{med('ser'):.2f} | {med('ident'):.2f} | {med('shared'):.2f} | {statistics.median(shared):.2f} ({min(shared):.2f}-{max(shared):.2f}) |")
 PY
-    done
     q -c "DROP DATABASE $db"
 done
+fi
 
 # ---- 3. ten years of daily partitions on one sequence ----
+if part 3; then
 echo
 echo "### 3. One table of $PARTITIONS daily partitions on one sequence"
 echo
@@ -186,3 +208,4 @@ print(f"First id after a restart, {int(sys.argv[2]):,} partitions holding rows: 
       f"{min(r[0] for r in rows):.2f}-{max(r[0] for r in rows):.2f}); the next id "
       f"{statistics.median(r[1] for r in rows):.0f} µs.")
 PY
+fi

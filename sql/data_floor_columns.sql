@@ -10,7 +10,7 @@
 --
 -- $1: the sequence (NULL: every sequence). $2 (with $1): also the defaults that name no sequence
 -- (the sequence is chosen from text at run time, so the column counts for every sequence); false
--- when the caller knows the database has none (src/data_floor/every_sequence.rs keeps that
+-- when the caller knows the database has none (src/catalog_watch.rs keeps that
 -- answer per database until a catalog change). With $1 and not $2 the cost does not grow with
 -- the database (issue 51): the defaults naming $1 are what pg_depend records against it, read
 -- through its index, and so are a domain's columns; nothing scans a catalog.

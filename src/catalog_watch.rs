@@ -1,6 +1,6 @@
 //! Feeds `pg_shard_id_core::catalog_watch` (whether a database has defaults that name no
 //! sequence, remembered across backends): PostgreSQL's `object_access_hook` counts every object
-//! created or altered, and [`Pg`] answers which transactions still run. Installed only with the
+//! created, altered or dropped, and [`Pg`] answers which transactions still run. Installed only with the
 //! library preloaded (the watch is in shared memory, and then every backend runs the hook, the
 //! one making a change included); not used while the server is in recovery (a standby replays
 //! changes without running hooks: what it remembered before its promotion is not trusted, since
@@ -9,6 +9,7 @@
 use crate::shmem;
 use pg_shard_id_core::backfill::widen_xid;
 use pg_shard_id_core::catalog_watch::{Ticket, Transactions};
+use pg_shard_id_core::slots::slot_key;
 use pgrx::pg_sys;
 use pgrx::prelude::*;
 use std::sync::OnceLock;
@@ -26,8 +27,11 @@ pub fn register() {
     }
 }
 
-/// Counts a change for every object created or altered (any kind: over-counting costs one more
-/// read of the catalog, under-counting a repeated id), with the transaction that made it.
+/// Counts a change of this database for every object created, altered or dropped (over-counting
+/// costs one more read of the catalog, under-counting a repeated id), with the transaction that
+/// made it; but for indexes, sequences and TOAST tables, which cannot hold a DEFAULT. A sequence
+/// dropped also loses what its guard knew of its data floor: a sequence that later takes its
+/// oid reads its own.
 #[pg_guard]
 unsafe extern "C-unwind" fn object_access(
     access: pg_sys::ObjectAccessType::Type,
@@ -42,14 +46,40 @@ unsafe extern "C-unwind" fn object_access(
             prev(access, class, object, sub, arg);
         }
     }
-    if access != pg_sys::ObjectAccessType::OAT_POST_CREATE
-        && access != pg_sys::ObjectAccessType::OAT_POST_ALTER
-    {
+    use pg_sys::ObjectAccessType::{OAT_DROP, OAT_POST_ALTER, OAT_POST_CREATE};
+    if access != OAT_POST_CREATE && access != OAT_POST_ALTER && access != OAT_DROP {
         return;
     }
-    if let Some(watch) = shmem::catalog_watch() {
-        // SAFETY: in a transaction (the catalog was just written).
-        watch.changed(unsafe { pg_sys::GetTopFullTransactionIdIfAny() }.value);
+    let Some(watch) = shmem::catalog_watch() else {
+        return;
+    };
+    // SAFETY: a catalog lookup by oid and backend globals, in the transaction that changes the
+    // object (a lookup that cannot see it yet answers 0: counted).
+    let (relkind, database, xid) = unsafe {
+        let relkind = if class == pg_sys::RelationRelationId {
+            pg_sys::get_rel_relkind(object) as u8
+        } else {
+            0
+        };
+        let xid = if pg_sys::IsInParallelMode() {
+            pg_sys::GetTopFullTransactionIdIfAny()
+        } else {
+            pg_sys::GetTopFullTransactionId()
+        };
+        (relkind, pg_sys::MyDatabaseId, xid.value)
+    };
+    if relkind == pg_sys::RELKIND_SEQUENCE && access == OAT_DROP {
+        let key = slot_key(database.to_u32(), object.to_u32());
+        shmem::table().forget_data_floor(key);
+    }
+    let cannot_hold_a_default = [
+        pg_sys::RELKIND_INDEX,
+        pg_sys::RELKIND_PARTITIONED_INDEX,
+        pg_sys::RELKIND_SEQUENCE,
+        pg_sys::RELKIND_TOASTVALUE,
+    ];
+    if !cannot_hold_a_default.contains(&relkind) {
+        watch.changed(database.to_u32(), xid);
     }
 }
 
@@ -64,9 +94,30 @@ impl Transactions for Pg {
 
     fn oldest_running(&self) -> u64 {
         // SAFETY: plain calls into the transaction manager, not in recovery (see `known`).
+        // (PostgreSQL 19 adds an argument: all databases' transactions are the ones meant here.)
         unsafe {
             let next = pg_sys::ReadNextFullTransactionId().value;
             widen_xid(next, pg_sys::GetOldestActiveTransactionId().into_inner())
+        }
+    }
+
+    fn newest_prepared(&self) -> u64 {
+        let newest = Spi::get_one::<i64>(
+            "SELECT max(transaction::text::bigint) FROM pg_catalog.pg_prepared_xacts",
+        );
+        match newest {
+            Ok(Some(xid)) => {
+                // SAFETY: a plain call into the transaction manager.
+                let next = unsafe { pg_sys::ReadNextFullTransactionId().value };
+                widen_xid(next, xid as u32)
+            }
+            Ok(None) => 0, // none prepared
+            // (the view is readable by every role; should it fail, every transaction up to the
+            // newest assigned stands in for the prepared ones)
+            Err(_) => {
+                // SAFETY: a plain call into the transaction manager.
+                unsafe { pg_sys::ReadNextFullTransactionId().value.saturating_sub(1) }
+            }
         }
     }
 }

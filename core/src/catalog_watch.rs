@@ -9,17 +9,23 @@
 //! database has one, so the answer "none" is worth remembering, per database, for every backend:
 //! that is this module.
 //!
-//! * An answer is recorded with the count of catalog changes it was read under ([`Ticket`]), and
-//!   holds while that count has not moved. The extension counts a change for every object created
-//!   or altered (PostgreSQL's `object_access_hook`, which every backend of a preloaded library
-//!   runs), whatever the object: over-counting costs one more read, under-counting a repeat.
-//! * A change is counted when it is made, before it commits: an answer read before it (with the
-//!   count before it) is not recorded, and one read after it, while it runs, cannot see it (but
-//!   in its own transaction). So the transaction that made it stays *pending* until it ends:
-//!   while any change is pending nothing is trusted or recorded. Pending transactions are
-//!   listed ([`PENDING_LISTED`]); beyond the list, the newest unlisted one is kept, and it ends
-//!   for this purpose when every transaction up to it has (a long transaction started before it
-//!   delays that: reads stay correct, only slower).
+//! * An answer is recorded with the watch's clock when it was asked for ([`Ticket`]), and holds
+//!   while no change was counted in its database since. The extension counts a change for every
+//!   object created, altered or dropped in the database (PostgreSQL's `object_access_hook`, which
+//!   every backend of a preloaded library runs), but indexes, sequences and TOAST tables: over-
+//!   counting costs one more read, under-counting a repeated id.
+//! * A change is counted when it is made, before it commits: an answer asked for before it is not
+//!   recorded, and one read after it, while it runs, cannot see it (but in its own transaction).
+//!   So the transaction that made it stays *pending* until it ends: while a change of the
+//!   database is pending nothing is trusted or recorded there. Pending transactions are listed
+//!   ([`PENDING_LISTED`]); beyond the list, the newest unlisted one is kept, and it ends for this
+//!   purpose when every transaction up to it has (a long transaction started before it delays
+//!   that, in every database: reads stay correct, only slower).
+//! * A server starts knowing nothing of the transactions before it: a transaction prepared for
+//!   two-phase commit survives a restart (and a standby's promotion) with its changes unseen by
+//!   any hook. The first question makes the newest prepared one pending, unlisted: nothing is
+//!   trusted until every transaction up to it has ended. (Any other transaction of before the
+//!   start ended with it; every later change is counted by the hook.)
 //! * All zero bytes are an empty watch (the extension's shared memory starts so): nothing known.
 
 use crate::slots::spinlock::SpinLock;
@@ -28,7 +34,7 @@ use std::cell::UnsafeCell;
 /// Transactions with pending changes that are listed one by one.
 pub const PENDING_LISTED: usize = 64;
 
-/// Databases whose answer is remembered at once (the least recently recorded is replaced).
+/// Databases whose answer is remembered at once (the least recently used is replaced).
 pub const DATABASES: usize = 64;
 
 /// What [`CatalogWatch`] needs to know about transactions. Ids are 64-bit (never reused).
@@ -37,31 +43,76 @@ pub trait Transactions {
     fn running(&self, xid: u64) -> bool;
     /// The oldest transaction still running (the next to be assigned when none runs).
     fn oldest_running(&self) -> u64;
+    /// The newest transaction prepared for two-phase commit and not yet committed or rolled
+    /// back (0: none).
+    fn newest_prepared(&self) -> u64;
 }
 
 #[derive(Clone, Copy)]
 #[repr(C)]
-struct Answer {
-    /// 0: no entry.
+struct Entry {
+    /// 0: a free entry.
     database: u32,
-    /// Whether the database has no default that names no sequence.
+    /// The answer: the database has no default that names no sequence.
     none: bool,
-    /// The count of changes the answer was read under.
-    changes: u64,
-    /// When it was recorded (a count of records), to replace the oldest.
-    recorded: u64,
+    /// The clock of the last change counted in it (or of the entry's making: what came before
+    /// is not known).
+    last_change: u64,
+    /// The clock its answer was asked for at (0: no answer).
+    answer_at: u64,
+    /// The clock of its last use, to replace the least recently used.
+    used: u64,
+}
+
+#[derive(Clone, Copy)]
+#[repr(C)]
+struct Pending {
+    database: u32,
+    /// 0: a free entry.
+    xid: u64,
 }
 
 #[repr(C)]
 struct Inner {
-    /// Catalog changes counted.
-    changes: u64,
-    /// Transactions whose changes may not be visible yet; 0: a free entry.
-    pending: [u64; PENDING_LISTED],
-    /// The newest pending transaction not in `pending` (0: none).
+    /// 1 once the first question made the transactions prepared before it pending.
+    started: u64,
+    /// Counts changes and questions: every one gets its own value.
+    clock: u64,
+    pending: [Pending; PENDING_LISTED],
+    /// The newest pending transaction not in `pending`, of any database (0: none).
     unlisted: u64,
-    records: u64,
-    answers: [Answer; DATABASES],
+    entries: [Entry; DATABASES],
+}
+
+impl Inner {
+    fn tick(&mut self) -> u64 {
+        self.clock = self.clock.wrapping_add(1);
+        self.clock
+    }
+
+    /// The entry of `database`, made if need be (replacing the least recently used one).
+    fn entry(&mut self, database: u32) -> &mut Entry {
+        let now = self.tick();
+        let index = match self.entries.iter().position(|e| e.database == database) {
+            Some(i) => i,
+            None => {
+                let i = (0..DATABASES)
+                    .min_by_key(|&i| (self.entries[i].database != 0, self.entries[i].used))
+                    .expect("DATABASES > 0");
+                self.entries[i] = Entry {
+                    database,
+                    none: false,
+                    last_change: now,
+                    answer_at: 0,
+                    used: now,
+                };
+                i
+            }
+        };
+        let entry = &mut self.entries[index];
+        entry.used = now;
+        entry
+    }
 }
 
 /// The watch, laid out to live in shared memory (all zero bytes: nothing known).
@@ -108,16 +159,24 @@ impl CatalogWatch {
         f(unsafe { &mut *self.inner.get() })
     }
 
-    /// Transaction `xid` created or altered a catalog object (0: one without a transaction id:
-    /// counted, not pending). Never blocks but for the spinlock; never fails.
-    pub fn changed(&self, xid: u64) {
+    /// Transaction `xid` created, altered or dropped a catalog object of `database` (xid 0: one
+    /// without a transaction id: counted, not pending). Never blocks but for the spinlock;
+    /// never fails.
+    pub fn changed(&self, database: u32, xid: u64) {
         self.with(|w| {
-            w.changes = w.changes.wrapping_add(1);
-            if xid == 0 || w.pending.contains(&xid) || w.unlisted >= xid {
+            let now = w.tick();
+            w.entry(database).last_change = now;
+            if xid == 0 || w.unlisted >= xid {
                 return;
             }
-            match w.pending.iter_mut().find(|p| **p == 0) {
-                Some(free) => *free = xid,
+            if w.pending
+                .iter()
+                .any(|p| p.xid == xid && p.database == database)
+            {
+                return;
+            }
+            match w.pending.iter_mut().find(|p| p.xid == 0) {
+                Some(free) => *free = Pending { database, xid },
                 None => w.unlisted = xid,
             }
         })
@@ -127,62 +186,60 @@ impl CatalogWatch {
     /// that names no sequence, `Ok(false)` when it has one; else the [`Ticket`] to record the
     /// answer the caller is about to read (with a snapshot taken after this call).
     pub fn known(&self, database: u32, transactions: &impl Transactions) -> Result<bool, Ticket> {
-        // ended transactions, asked outside the lock (PostgreSQL takes its own locks to answer)
+        // (PostgreSQL is asked outside the lock: it takes its own locks to answer)
+        if self.with(|w| w.started == 0) {
+            let newest = transactions.newest_prepared();
+            self.with(|w| {
+                if w.started == 0 {
+                    w.started = 1;
+                    w.unlisted = w.unlisted.max(newest);
+                }
+            });
+        }
         let (pending, unlisted) = self.with(|w| (w.pending, w.unlisted));
         let ended: Vec<u64> = pending
             .iter()
-            .copied()
-            .filter(|&x| x != 0 && !transactions.running(x))
+            .filter(|p| p.xid != 0 && !transactions.running(p.xid))
+            .map(|p| p.xid)
             .collect();
         let unlisted_ended = unlisted != 0 && transactions.oldest_running() > unlisted;
         self.with(|w| {
-            for p in w.pending.iter_mut().filter(|p| ended.contains(p)) {
-                *p = 0;
+            for p in w.pending.iter_mut().filter(|p| ended.contains(&p.xid)) {
+                *p = Pending {
+                    database: 0,
+                    xid: 0,
+                };
             }
             if unlisted_ended && w.unlisted == unlisted {
                 w.unlisted = 0;
             }
-            if w.unlisted != 0 || w.pending.iter().any(|&p| p != 0) {
+            if w.unlisted != 0
+                || w.pending
+                    .iter()
+                    .any(|p| p.xid != 0 && p.database == database)
+            {
                 return Err(Ticket(None));
             }
-            match w
-                .answers
-                .iter()
-                .find(|a| a.database == database && database != 0)
-            {
-                Some(a) if a.changes == w.changes => Ok(a.none),
-                _ => Err(Ticket(Some(w.changes))),
+            let entry = w.entry(database);
+            if entry.answer_at != 0 && entry.answer_at >= entry.last_change {
+                return Ok(entry.none);
             }
+            Err(Ticket(Some(w.tick())))
         })
     }
 
     /// Records `none` (whether `database` has no default that names no sequence), read after
-    /// [`CatalogWatch::known`] gave `ticket`, unless the catalog changed since.
+    /// [`CatalogWatch::known`] gave `ticket`, unless a change was counted there since.
     pub fn record(&self, database: u32, ticket: Ticket, none: bool) {
-        let Ticket(Some(changes)) = ticket else {
-            return;
-        };
-        if database == 0 {
-            return;
-        }
+        let Ticket(Some(asked)) = ticket else { return };
         self.with(|w| {
-            if w.changes != changes {
-                return;
+            // (an entry replaced since the ticket was made anew, with a later last change)
+            if let Some(entry) = w.entries.iter_mut().find(|e| e.database == database) {
+                if entry.last_change <= asked {
+                    entry.answer_at = asked;
+                    entry.none = none;
+                }
             }
-            w.records = w.records.wrapping_add(1);
-            let recorded = w.records;
-            let entry = match w.answers.iter().position(|a| a.database == database) {
-                Some(i) => i,
-                None => (0..DATABASES)
-                    .min_by_key(|&i| (w.answers[i].database != 0, w.answers[i].recorded))
-                    .expect("DATABASES > 0"),
-            };
-            w.answers[entry] = Answer {
-                database,
-                none,
-                changes,
-                recorded,
-            };
         })
     }
 }
@@ -204,6 +261,10 @@ mod tests {
         }
         fn oldest_running(&self) -> u64 {
             self.0.borrow().first().copied().unwrap_or(u64::MAX)
+        }
+        fn newest_prepared(&self) -> u64 {
+            // (the tests' running transactions stand for prepared ones too)
+            self.0.borrow().last().copied().unwrap_or(0)
         }
     }
 
@@ -230,7 +291,7 @@ mod tests {
             "another database knows nothing"
         );
         tx.start(10);
-        w.changed(10);
+        w.changed(DB, 10);
         assert_eq!(
             w.known(DB, &tx),
             Err(Ticket(None)),
@@ -250,7 +311,7 @@ mod tests {
         let ticket = w.known(DB, &tx).unwrap_err();
         // a transaction changes the catalog after the ticket, before the answer is recorded
         tx.start(7);
-        w.changed(7);
+        w.changed(DB, 7);
         w.record(DB, ticket, true);
         tx.end(7);
         assert!(w.known(DB, &tx).is_err(), "the answer missed the change");
@@ -263,7 +324,7 @@ mod tests {
         let n = PENDING_LISTED as u64 + 3;
         for xid in 100..100 + n {
             tx.start(xid);
-            w.changed(xid);
+            w.changed(DB, xid);
         }
         for xid in 100..100 + PENDING_LISTED as u64 {
             tx.end(xid);
@@ -289,92 +350,129 @@ mod tests {
     }
 
     #[test]
-    fn the_oldest_answer_makes_room() {
+    fn the_least_recently_used_answer_makes_room() {
         let w = CatalogWatch::new_boxed();
         let tx = Running::default();
         for db in 1..=DATABASES as u32 + 1 {
             let ticket = w.known(db, &tx).unwrap_err();
             w.record(db, ticket, true);
         }
-        assert!(w.known(1, &tx).is_err(), "the first recorded was replaced");
         assert_eq!(w.known(DATABASES as u32 + 1, &tx), Ok(true));
         assert_eq!(w.known(2, &tx), Ok(true));
+        assert!(w.known(1, &tx).is_err(), "the first recorded was replaced");
     }
+
+    #[test]
+    fn a_change_in_another_database_leaves_an_answer_alone() {
+        let w = CatalogWatch::new_boxed();
+        let tx = Running::default();
+        let ticket = w.known(DB, &tx).unwrap_err();
+        w.record(DB, ticket, true);
+        tx.start(4);
+        w.changed(DB + 1, 4);
+        assert_eq!(w.known(DB, &tx), Ok(true), "pending in another database");
+        tx.end(4);
+        assert_eq!(w.known(DB, &tx), Ok(true));
+        assert!(w.known(DB + 1, &tx).is_err());
+    }
+
+    #[test]
+    fn transactions_from_before_the_first_question_are_pending() {
+        // a transaction prepared before a restart, or replayed by a standby: no hook saw it
+        let w = CatalogWatch::new_boxed();
+        let tx = Running::default();
+        tx.start(3);
+        assert_eq!(w.known(DB, &tx), Err(Ticket(None)));
+        tx.end(3);
+        let ticket = w.known(DB, &tx).unwrap_err();
+        assert!(ticket.0.is_some());
+        w.record(DB, ticket, true);
+        assert_eq!(w.known(DB, &tx), Ok(true));
+    }
+
+    /// Databases of the property test.
+    const DBS: u32 = 3;
 
     #[derive(Clone, Debug)]
     enum Step {
         Begin,
-        Change(usize),
+        /// Open transaction `k` changes database `db`'s catalog.
+        Change(usize, u32),
         End(usize),
-        /// A reader: `known`, then it reads the catalog (the changes committed so far), then
-        /// possibly more steps happen before it records (`delay` steps later).
+        /// A reader of `db`: `known`, then it reads the catalog (the changes committed so far),
+        /// then possibly more steps happen before it records (`delay` steps later).
         Read {
             delay: usize,
+            db: u32,
         },
-        /// A reader inside open transaction `k`: it sees its own changes too.
-        ReadIn(usize),
+        /// A reader of `db` inside open transaction `k`: it sees its own changes too.
+        ReadIn(usize, u32),
     }
 
     fn step() -> impl Strategy<Value = Step> {
         prop_oneof![
             Just(Step::Begin),
-            (0usize..8).prop_map(Step::Change),
+            (0usize..8, 1..=DBS).prop_map(|(k, db)| Step::Change(k, db)),
             (0usize..8).prop_map(Step::End),
-            (0usize..3).prop_map(|delay| Step::Read { delay }),
-            (0usize..8).prop_map(Step::ReadIn),
+            (0usize..3, 1..=DBS).prop_map(|(delay, db)| Step::Read { delay, db }),
+            (0usize..8, 1..=DBS).prop_map(|(k, db)| Step::ReadIn(k, db)),
         ]
     }
 
     proptest! {
-        /// The promise: whenever the watch answers, the answer is what the reader's catalog
-        /// says: the committed one, and its own transaction's changes. The catalog here is
-        /// whether a transaction added a default that names no sequence; each change may add
-        /// one (the watch cannot tell which do).
+        /// The promise: whenever the watch answers for a database, the answer is what the
+        /// reader's catalog of that database says: the committed one, and its own transaction's
+        /// changes. The catalog here is whether a transaction added a default that names no
+        /// sequence; each change may add one (the watch cannot tell which do).
         #[test]
         fn an_answer_given_is_the_committed_catalogs(steps in prop::collection::vec(step(), 1..200),
                                                        adds in prop::collection::vec(any::<bool>(), 200)) {
             let w = CatalogWatch::new_boxed();
             let tx = Running::default();
             let mut next_xid = 1u64;
-            let mut open: Vec<(u64, bool)> = Vec::new(); // (xid, added one)
-            let mut committed_has = false;
-            // readers waiting to record: (steps left, ticket, what they read)
-            let mut readers: Vec<(usize, Ticket, bool)> = Vec::new();
+            // (xid, the databases it added one to)
+            let mut open: Vec<(u64, Vec<u32>)> = Vec::new();
+            let mut committed: Vec<u32> = Vec::new(); // databases that have one
+            // readers waiting to record: (steps left, database, ticket, what they read)
+            let mut readers: Vec<(usize, u32, Ticket, bool)> = Vec::new();
             for (i, s) in steps.iter().enumerate() {
-                match s {
+                match *s {
                     Step::Begin => {
                         tx.start(next_xid);
-                        open.push((next_xid, false));
+                        open.push((next_xid, Vec::new()));
                         next_xid += 1;
                     }
-                    Step::Change(k) if !open.is_empty() => {
+                    Step::Change(k, db) if !open.is_empty() => {
                         let k = k % open.len();
-                        w.changed(open[k].0);
-                        open[k].1 |= adds[i];
+                        w.changed(db, open[k].0);
+                        if adds[i] {
+                            open[k].1.push(db);
+                        }
                     }
                     Step::End(k) if !open.is_empty() => {
                         let (xid, added) = open.remove(k % open.len());
-                        committed_has |= added;
+                        committed.extend(added);
                         tx.end(xid);
                     }
-                    Step::ReadIn(k) if !open.is_empty() => {
-                        let sees = committed_has || open[k % open.len()].1;
-                        match w.known(DB, &tx) {
-                            Ok(none) => prop_assert_eq!(none, !sees, "read in its own transaction"),
-                            Err(ticket) => readers.push((0, ticket, !sees)),
+                    Step::ReadIn(k, db) if !open.is_empty() => {
+                        let none = !committed.contains(&db) && !open[k % open.len()].1.contains(&db);
+                        match w.known(db, &tx) {
+                            Ok(answer) => prop_assert_eq!(answer, none, "read in its own transaction"),
+                            Err(ticket) => readers.push((0, db, ticket, none)),
                         }
                     }
-                    Step::Read { delay } => {
-                        match w.known(DB, &tx) {
-                            Ok(none) => prop_assert_eq!(none, !committed_has),
-                            Err(ticket) => readers.push((*delay, ticket, !committed_has)),
+                    Step::Read { delay, db } => {
+                        let none = !committed.contains(&db);
+                        match w.known(db, &tx) {
+                            Ok(answer) => prop_assert_eq!(answer, none),
+                            Err(ticket) => readers.push((delay, db, ticket, none)),
                         }
                     }
                     _ => {}
                 }
                 for r in readers.iter_mut() {
                     if r.0 == 0 {
-                        w.record(DB, r.1, r.2);
+                        w.record(r.1, r.2, r.3);
                     }
                     r.0 = r.0.wrapping_sub(1);
                 }

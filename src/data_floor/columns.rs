@@ -156,7 +156,9 @@ enum Query {
 /// 3,650 partitions were in a database of 20,000 tables, the kept plan for one sequence joined
 /// `pg_attribute` by a scan (200 ms a call, against 0.6 ms), and with scans priced out its cost
 /// passed JIT's threshold (90 ms of compiling a call).
-const QUERY_SETTINGS: &[(&std::ffi::CStr, &std::ffi::CStr)] = &[
+/// The plan's kind is set too (a role or database may set `plan_cache_mode`): generic for the
+/// kept plan, custom (planned with the sequence, or NULL) for the others.
+const QUERY_SETTINGS: [(&std::ffi::CStr, &std::ffi::CStr); 5] = [
     (c"search_path", c"pg_catalog, pg_temp"),
     (c"enable_seqscan", c"off"),
     (c"enable_hashjoin", c"off"),
@@ -173,8 +175,14 @@ thread_local! {
 /// Runs the query for `sequence` (`None`: every sequence): its rows, and whether some default
 /// names no sequence (known only for [`Query::EveryDefault`]).
 fn run(which: Query, sequence: Option<pg_sys::Oid>) -> (Vec<(Column, bool)>, bool) {
+    let plan_cache_mode = match which {
+        Query::NamingOnly => c"force_generic_plan",
+        Query::EveryDefault => c"force_custom_plan",
+    };
+    let mut settings = QUERY_SETTINGS.to_vec();
+    settings.push((c"plan_cache_mode", plan_cache_mode));
     Spi::connect(|_client| {
-        crate::scoped::with_settings(QUERY_SETTINGS, || {
+        crate::scoped::with_settings(&settings, || {
             // SAFETY: SPI is connected (Spi::connect); inside pgrx's guard, so an ERROR unwinds
             // and the transaction's abort undoes SPI. A kept plan lives in its own memory
             // context (SPI_keepplan) until the backend ends. Every datum is copied into Rust

@@ -453,34 +453,33 @@ impl SlotTable {
     /// Keeps `next_ms` (one past the last ms it issued) for evicted `key`, and whether its data
     /// floor was read (`settled`; an entry already kept for it keeps its own). When the window's
     /// entries are all taken, the smallest of them and `next_ms` goes into the floor, and its
-    /// entry to the other. The claim lock must be held.
+    /// entry to the other. The claim lock must be held. (No allocation: it runs under the lock.)
     fn keep_evicted(&self, key: SlotKey, next_ms: i64, settled: bool) {
         let floor = self.floor();
-        // SAFETY: the claim lock is held; the entries are used only in this call.
-        let mut window: Vec<&mut Kept> = unsafe { self.kept_window(key) }.collect();
-        if let Some(entry) = window.iter_mut().find(|e| e.key == key) {
-            entry.next_ms = entry.next_ms.max(next_ms);
-            entry.settled |= u64::from(settled);
-            return;
-        }
-        if next_ms <= floor && !settled {
-            return; // the floor covers it
-        }
         let new = Kept {
             key,
             next_ms,
             settled: u64::from(settled),
         };
-        // a free entry, or one the floor covers and that has nothing else to keep
-        if let Some(entry) = window
-            .iter_mut()
-            .find(|e| e.key == 0 || (e.next_ms <= floor && e.settled == 0))
-        {
-            **entry = new;
+        // SAFETY: the claim lock is held, and this pass's references end with it (as below).
+        if let Some(entry) = unsafe { self.kept_window(key) }.find(|e| e.key == key) {
+            entry.next_ms = entry.next_ms.max(next_ms);
+            entry.settled |= new.settled;
             return;
         }
-        let smallest = window
-            .into_iter()
+        if next_ms <= floor && !settled {
+            return; // the floor covers it
+        }
+        // a free entry, or one the floor covers and that has nothing else to keep
+        // SAFETY: as above.
+        if let Some(entry) = unsafe { self.kept_window(key) }
+            .find(|e| e.key == 0 || (e.next_ms <= floor && e.settled == 0))
+        {
+            *entry = new;
+            return;
+        }
+        // SAFETY: as above.
+        let smallest = unsafe { self.kept_window(key) }
             .min_by_key(|e| e.next_ms)
             .expect("WINDOW_SLOTS > 0");
         if smallest.next_ms < next_ms {
