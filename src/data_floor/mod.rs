@@ -147,13 +147,17 @@ pub fn settle(
     epoch_unix_ms: i64,
     now_ms: i64,
 ) -> Option<i64> {
-    let floor = floor_for(
-        pg_sys::Oid::from(sequence_of(key)),
-        epoch_unix_ms,
-        now_ms,
-        floor_for_other_servers(now_ms),
-        table.elsewhere_floor(),
-    );
+    // its own resource owner: the catalog query must not leave the caller's in hash mode
+    // (`crate::scoped::with_own_resource_owner`)
+    let floor = crate::scoped::with_own_resource_owner(c"pg_shard_id data floor", || {
+        floor_for(
+            pg_sys::Oid::from(sequence_of(key)),
+            epoch_unix_ms,
+            now_ms,
+            floor_for_other_servers(now_ms),
+            table.elsewhere_floor(),
+        )
+    });
     if let Some(request) = request {
         table.settle_data_floor(key, request, floor);
     }

@@ -144,8 +144,9 @@ struct Slot {
 pub struct SlotTable {
     header: NonNull<Header>,
     slots: NonNull<Slot>,
-    /// [`KEPT_PER_SLOT`] per slot, after the slots.
-    kept: NonNull<UnsafeCell<Kept>>,
+    // The kept entries ([`KEPT_PER_SLOT`] per slot, after the slots) are found from the header
+    // when needed (`kept_window`), not held here: a view is made for every id, and an id never
+    // reads them (a third field cost every id 15 instructions, `bench/cost_gate.sh`).
 }
 
 // SAFETY: the view is two pointers into memory that outlives it (a contract of `init_in` and
@@ -227,17 +228,10 @@ impl SlotTable {
     /// # Safety
     /// `mem` must point to such a table, which must outlive every use of the view.
     pub unsafe fn attach(mem: *mut u8) -> SlotTable {
-        let header: NonNull<Header> =
-            NonNull::new(mem.cast()).expect("slot table at a null address");
-        // SAFETY: an initialised header (caller's contract).
-        let capacity = unsafe { header.as_ref() }.capacity;
         SlotTable {
-            header,
-            // SAFETY: the table's slots start `slots_offset()` bytes in, and its kept entries
-            // `kept_offset(capacity)` bytes in (caller's contract).
+            header: NonNull::new(mem.cast()).expect("slot table at a null address"),
+            // SAFETY: the table's slots start `slots_offset()` bytes in (caller's contract).
             slots: NonNull::new(unsafe { mem.add(slots_offset()) }.cast()).expect("null slots"),
-            // SAFETY: as above.
-            kept: NonNull::new(unsafe { mem.add(kept_offset(capacity)) }.cast()).expect("null"),
         }
     }
 
@@ -442,11 +436,20 @@ impl SlotTable {
     #[allow(clippy::mut_from_ref)]
     unsafe fn kept_window(&self, key: SlotKey) -> impl Iterator<Item = &mut Kept> {
         let entries = self.capacity() * KEPT_PER_SLOT;
+        // SAFETY: the kept entries start `kept_offset(capacity)` bytes into the table's memory
+        // (`init_in`).
+        let kept = unsafe {
+            self.header
+                .as_ptr()
+                .cast::<u8>()
+                .add(kept_offset(self.capacity()))
+        }
+        .cast::<UnsafeCell<Kept>>();
         let home = (key.wrapping_mul(0xC2B2_AE3D_27D4_EB4F) >> 32) as usize % entries;
         (0..WINDOW_SLOTS.min(entries)).map(move |probe| {
             // SAFETY: every index is below `entries`, all initialised by `init_in`; the caller's
             // contract makes the reference exclusive.
-            unsafe { &mut *(*self.kept.as_ptr().add((home + probe) % entries)).get() }
+            unsafe { &mut *(*kept.add((home + probe) % entries)).get() }
         })
     }
 
