@@ -164,11 +164,7 @@ impl<C: Fn() -> i64> Request<C> {
                     if let Some(step) = clock_stepped_back_by {
                         errors::warn_clock_step(self.key, step, ms);
                     }
-                    if !covered(table, ms, self.epoch_unix_ms)
-                        && crate::lease::extend(table, ms + self.epoch_unix_ms, self.epoch_unix_ms)
-                    {
-                        table.count(self.key, |c| c.lease_writes += 1);
-                    }
+                    cover_by_lease(table, self.key, ms, self.epoch_unix_ms);
                     return ms;
                 }
                 Decision::ReadDataFloor(request) => {
@@ -199,8 +195,15 @@ impl<C: Fn() -> i64> Request<C> {
 pub fn keep_above(key: SlotKey, ms: i64, now: i64, epoch_unix_ms: i64) {
     let table = shmem::table();
     table.keep_above(key, ms, now);
-    if !covered(&table, ms, epoch_unix_ms)
-        && crate::lease::extend(&table, ms + epoch_unix_ms, epoch_unix_ms)
+    cover_by_lease(&table, key, ms, epoch_unix_ms);
+}
+
+/// Extends the lease to cover `ms` (ms since the epoch that starts at `epoch_unix_ms`) if it does
+/// not yet, counting the write against sequence `key`. Calls into PostgreSQL when it writes the
+/// lease (58030 when it cannot): inside pgrx's guard only.
+fn cover_by_lease(table: &SlotTable, key: SlotKey, ms: i64, epoch_unix_ms: i64) {
+    if !covered(table, ms, epoch_unix_ms)
+        && crate::lease::extend(table, ms + epoch_unix_ms, epoch_unix_ms)
     {
         table.count(key, |c| c.lease_writes += 1);
     }
