@@ -108,5 +108,5 @@ COMMENT ON FUNCTION _pg_shard_id.conversion_triggers(regclass, name, name) IS 'T
 COMMENT ON FUNCTION _pg_shard_id.convert_step(regclass, integer, text) IS 'One transaction of shard_id_convert: a batch, or the sweeps; whether there is more to do.';
 COMMENT ON FUNCTION _pg_shard_id.convert_arguments(regclass, integer) IS 'shard_id_convert''s arguments checked (22004, 22023).';
 COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction of shard_id_convert_finish: a check before the swap, the swap, or a foreign key validated; whether there is more to do.';
-COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys to a converted table not validated yet.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
 COMMENT ON FUNCTION _pg_shard_id.swap(regclass) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';

@@ -111,7 +111,10 @@ CREATE TABLE _pg_shard_id.conversions (
     rows_estimate bigint,
     started_at timestamptz,
     updated_at timestamptz,
-    rows_per_second double precision
+    rows_per_second double precision,
+    -- the foreign keys the swap made again NOT VALID that were valid before it: validated after it
+    -- (one the user left NOT VALID stays so)
+    validate_after oid[] NOT NULL DEFAULT '{}'
 );
 ALTER TABLE _pg_shard_id.conversions ENABLE ROW LEVEL SECURITY;
 -- (a policy and a view are bound to the objects they name when they are created, by the
@@ -191,13 +194,14 @@ END $$;
 
 -- The foreign keys that reference the key column of a table (one column each, declared on the
 -- referencing table, not a partition's copy): what a conversion carries, with the new column each
--- referencing column gets. A foreign key to another unique column of the table is not touched
--- (its values do not change).
+-- referencing column gets, whether it is validated, and its comment. A foreign key to another
+-- unique column of the table is not touched (its values do not change).
 CREATE FUNCTION _pg_shard_id.conversion_references(tbl regclass, key_column name, new_column name)
-RETURNS TABLE (rel regclass, conname name, fk_column name, fk_new_column name, not_null boolean, def text)
+RETURNS TABLE (rel regclass, conname name, fk_column name, fk_new_column name, not_null boolean, def text,
+               validated boolean, note text)
 LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT c.conrelid::regclass, c.conname, a.attname, _pg_shard_id.derived_name(a.attname, '_' || new_column),
-           a.attnotnull, pg_get_constraintdef(c.oid)
+           a.attnotnull, pg_get_constraintdef(c.oid), c.convalidated, obj_description(c.oid, 'pg_constraint')
       FROM pg_constraint c
       JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
      WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0
@@ -340,13 +344,13 @@ CREATE FUNCTION _pg_shard_id.conversion_kinds()
 RETURNS TABLE (kind text, found_in text, rule text, how text)
 LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     VALUES
-    ('primary key', 'pg_index, pg_constraint', 'build', 'a unique index on the new column built concurrently, made the primary key at the swap (ADD PRIMARY KEY USING INDEX; a partitioned table''s from its partitions'')'),
+    ('primary key', 'pg_index, pg_constraint', 'build', 'a unique index on the new column built concurrently, made the primary key at the swap (ADD PRIMARY KEY USING INDEX; a partitioned table''s from its partitions''), with its comment'),
     ('index', 'pg_depend: pg_class (an index)', 'build', 'built again concurrently with the new column in the old one''s place (expressions and predicate moved in their trees), then swapped in under the old name: comment, replica identity and CLUSTER mark carried'),
-    ('unique constraint', 'pg_depend: pg_class (its index), pg_constraint', 'build', 'its index built again concurrently, the constraint made from it at the swap (ADD CONSTRAINT ... UNIQUE USING INDEX), deferrable as it was'),
+    ('unique constraint', 'pg_depend: pg_class (its index), pg_constraint', 'build', 'its index built again concurrently, the constraint made from it at the swap (ADD CONSTRAINT ... UNIQUE USING INDEX), deferrable as it was, with its comment'),
     ('exclusion constraint', 'pg_depend: pg_class (its index), pg_constraint', 'refuse', 'PostgreSQL cannot make one from an index built before (no USING INDEX): drop it, convert, add it again'),
     ('check constraint', 'pg_depend: pg_constraint', 'build', 'added again on the new column NOT VALID, validated before the swap (no lock against writes), swapped in under the old name'),
     ('not-null constraint', 'pg_attribute.attnotnull (pg_constraint on PostgreSQL 18)', 'own', 'the new column is made NOT NULL at the swap from a CHECK validated before; the old one''s is dropped'),
-    ('foreign key to the key', 'pg_depend: pg_constraint', 'own', 'a single-column one is carried: its column gets a new column too, and the constraint is made again on the new columns at the swap, validated after it; a composite one is refused'),
+    ('foreign key to the key', 'pg_depend: pg_constraint', 'own', 'a single-column one is carried: its column gets a new column too, and the constraint is made again on the new columns at the swap from its definition, with its comment, and validated after it unless it was NOT VALID before (it stays so); a composite one is refused'),
     ('foreign key from a moved column', 'pg_depend: pg_constraint', 'refuse', 'the key, or a column that references it, itself references another table, or is referenced by another foreign key: convert that table, or drop the constraint'),
     ('view', 'pg_depend: pg_rewrite (_RETURN of a view)', 'carry', 'CREATE OR REPLACE VIEW from its definition and options, read under the swap''s locks (its owner, privileges, comment and dependents stay); refused when the key is not bigint (its column''s type would change) or the caller cannot act as its owner'),
     ('materialized view', 'pg_depend: pg_rewrite (_RETURN of a materialized view)', 'refuse', 'its rows were computed from the old key: drop it, convert, create it again'),
@@ -359,7 +363,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     ('generated column', 'pg_depend: pg_attrdef', 'refuse', 'a stored one: PostgreSQL computes it only by rewriting the table (ALTER ... SET EXPRESSION, PostgreSQL 17 and later, under ACCESS EXCLUSIVE); a virtual one (PostgreSQL 18) is carried: SET EXPRESSION, no rewrite'),
     ('sequence owned by the column', 'pg_depend: pg_class (a sequence)', 'keep', 'stays with the old column, which keeps its DEFAULT (or identity) and draws from it until dropped'),
     ('partition key', 'pg_partitioned_table.partattrs', 'refuse', 'a referencing column in a partition key: its rows would stay where the old values put them'),
-    ('column privileges', 'pg_attribute.attacl', 'carry', 'granted on the new column too (GRANT ... (column) ... GRANTED BY the same grantor)'),
+    ('column privileges', 'pg_attribute.attacl', 'carry', 'granted on the new column too (GRANT ... (column) ...), by the caller: a grant another role made is recorded as the caller''s'),
     ('column comment', 'pg_description', 'carry', 'COMMENT ON COLUMN, on the new column'),
     ('column security label', 'pg_seclabel', 'carry', 'SECURITY LABEL, on the new column'),
     ('column settings', 'pg_attribute.attstattarget, attoptions', 'carry', 'SET STATISTICS and SET (n_distinct ...), on the new column'),
@@ -500,6 +504,8 @@ DECLARE
     what text;
     kind text;
     trigger_name name;
+    validate_after text[] := '{}';  -- (table, name) of each foreign key validated after the swap
+    analyzed boolean;
 BEGIN
     fire_triggers := coalesce(fire_triggers, false);
     subscribers_ready := coalesce(subscribers_ready, false);
@@ -787,7 +793,8 @@ BEGIN
     -- the new column (on each leaf of a partitioned index), swapped in under the old name ----
     FOR i IN 1 .. coalesce(array_length(indexes, 1), 0) LOOP
         SELECT k.oid::regclass AS idx, k.relname, k.relkind, ns.nspname, ix.indrelid::regclass AS rel, ix.indisreplident, ix.indisclustered,
-               obj_description(k.oid, 'pg_class') AS note, con.conname, con.contype, con.condeferrable, con.condeferred
+               obj_description(k.oid, 'pg_class') AS note, con.conname, con.contype, con.condeferrable, con.condeferred,
+               obj_description(con.oid, 'pg_constraint') AS con_note
           INTO r FROM pg_class k JOIN pg_namespace ns ON ns.oid = k.relnamespace JOIN pg_index ix ON ix.indexrelid = k.oid
           LEFT JOIN pg_constraint con ON con.oid = indexes[i][2]
          WHERE k.oid = indexes[i][1];
@@ -796,12 +803,14 @@ BEGIN
         stmt := CASE r.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'u' THEN 'UNIQUE' END;  -- the constraint's kind
         FOR c IN SELECT l.relid::regclass AS leaf_index, lx.indrelid::regclass AS leaf, lk.relname AS leaf_index_name, ln.nspname,
                         (SELECT lc.conname FROM pg_constraint lc WHERE lc.conindid = l.relid AND lc.contype IN ('p', 'u')) AS leaf_conname,
+                        (SELECT obj_description(lc.oid, 'pg_constraint') FROM pg_constraint lc
+                          WHERE lc.conindid = l.relid AND lc.contype IN ('p', 'u')) AS leaf_con_note,
                         _pg_shard_id.derived_name(lk.relname, '_shard_id_twin') AS twin
                    FROM pg_partition_tree(r.idx) l JOIN pg_index lx ON lx.indexrelid = l.relid
                    JOIN pg_class lk ON lk.oid = l.relid JOIN pg_namespace ln ON ln.oid = lk.relnamespace
                   WHERE l.isleaf
                  UNION ALL
-                 SELECT r.idx, r.rel, r.relname, r.nspname, r.conname, _pg_shard_id.derived_name(r.relname, '_shard_id_twin')
+                 SELECT r.idx, r.rel, r.relname, r.nspname, r.conname, NULL, _pg_shard_id.derived_name(r.relname, '_shard_id_twin')
                   WHERE r.relkind = 'i'
                   ORDER BY 2 LOOP
             SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
@@ -817,6 +826,10 @@ BEGIN
                 steps := steps || _pg_shard_id.step(625, 'swap', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build', NULL,
                                                     format('ALTER TABLE %s ADD CONSTRAINT %I %s USING INDEX %I', c.leaf, c.leaf_conname, stmt, c.twin),
                                                     'the partition''s constraint, from its twin (the partitioned table''s, below, attaches it)', finished);
+                IF c.leaf_con_note IS NOT NULL THEN
+                    steps := steps || _pg_shard_id.step(640, 'swap', kind, format('constraint %I on %s', c.leaf_conname, c.leaf), 'carry', NULL,
+                                                        format('COMMENT ON CONSTRAINT %I ON %s IS %L', c.leaf_conname, c.leaf, c.leaf_con_note), 'its comment', finished);
+                END IF;
             ELSIF r.relkind = 'I' THEN
                 steps := steps || _pg_shard_id.step(635, 'swap', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'rename', NULL,
                                                     format('ALTER INDEX %I.%I RENAME TO %I', c.nspname, c.twin, c.leaf_index_name),
@@ -849,6 +862,10 @@ BEGIN
         IF r.note IS NOT NULL THEN
             steps := steps || _pg_shard_id.step(640, 'swap', kind, what, 'carry', NULL,
                                                 format('COMMENT ON INDEX %I.%I IS %L', r.nspname, r.relname, r.note), 'its comment', finished);
+        END IF;
+        IF r.con_note IS NOT NULL THEN
+            steps := steps || _pg_shard_id.step(640, 'swap', kind, what, 'carry', NULL,
+                                                format('COMMENT ON CONSTRAINT %I ON %s IS %L', r.conname, r.rel, r.con_note), 'the constraint''s comment', finished);
         END IF;
         IF r.indisreplident THEN
             steps := steps || _pg_shard_id.step(640, 'swap', kind, what, 'carry', NULL,
@@ -985,12 +1002,18 @@ BEGIN
                                             'the sweeps first (rows transactions in flight left without an id), then every row checked',
                                             finished OR EXISTS (SELECT FROM pg_constraint WHERE conrelid = c.rel AND conname = trigger_name AND convalidated));
     END LOOP;
+    analyzed := finished OR EXISTS (SELECT FROM pg_stats st JOIN pg_class k ON k.relname = st.tablename
+                                      JOIN pg_namespace ns ON ns.oid = k.relnamespace AND ns.nspname = st.schemaname
+                                     WHERE k.oid = tbl AND st.attname = new_column);
+    IF NOT analyzed AND prepared THEN
+        -- ANALYZE records no statistics for a table without rows: nothing to wait for then (the
+        -- caller of a prepared conversion owns the table)
+        EXECUTE format('SELECT NOT EXISTS (SELECT FROM %s)', tbl) INTO analyzed;
+    END IF;
     steps := steps || _pg_shard_id.step(520, 'finish', 'planner statistics', format('column %s.%I', tbl, new_column), 'build',
                                         format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', tbl),
                                         format('ANALYZE %s', tbl), 'plans after the swap see the new column''s values (and every statistics object''s)',
-                                        finished OR EXISTS (SELECT FROM pg_stats st JOIN pg_class k ON k.relname = st.tablename
-                                                              JOIN pg_namespace ns ON ns.oid = k.relnamespace AND ns.nspname = st.schemaname
-                                                             WHERE k.oid = tbl AND st.attname = new_column));
+                                        analyzed);
     -- the swap: one transaction
     steps := steps || _pg_shard_id.step(600, 'swap', 'old key column', format('table %s', tbl), 'lock', 'ACCESS EXCLUSIVE on each, lock_timeout 10 s',
                                         (SELECT 'LOCK TABLE ' || string_agg(t.top::text, ', ' ORDER BY t.top <> tbl, t.top::oid) || ' IN ACCESS EXCLUSIVE MODE'
@@ -1036,11 +1059,17 @@ BEGIN
                                         || format('ALTER TABLE %s DROP CONSTRAINT %I', tbl, new_check),
                                         'the old key is no longer given (an identity stays NOT NULL); the conversion''s CHECK', finished);
     FOR c IN SELECT ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref LOOP
+        -- its definition as read (under the swap's locks): after the renames above, the column
+        -- names in it are the new columns'; one the user left NOT VALID (or, on PostgreSQL 18,
+        -- NOT ENFORCED) says so in it and stays so
         steps := steps || _pg_shard_id.step(680, 'swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.rel), 'carry', NULL,
-                                            format('ALTER TABLE %s ADD CONSTRAINT %I %s NOT VALID', c.rel, c.conname,
-                                                   regexp_replace(c.def, '^FOREIGN KEY \([^)]*\) REFERENCES [^(]*\([^)]*\)',
-                                                                  format('FOREIGN KEY (%I) REFERENCES %s(%I)', c.fk_column, tbl, key_column))),
-                                            'its actions as they were, on the new columns; enforced from here on, validated after the commit', finished);
+                                            format('ALTER TABLE %s ADD CONSTRAINT %I %s%s', c.rel, c.conname, c.def,
+                                                   CASE WHEN c.validated THEN ' NOT VALID' ELSE '' END)
+                                            || CASE WHEN c.note IS NOT NULL THEN format('; COMMENT ON CONSTRAINT %I ON %s IS %L', c.conname, c.rel, c.note) ELSE '' END,
+                                            CASE WHEN c.validated THEN 'its actions as they were, on the new columns; enforced from here on, validated after the commit'
+                                                 ELSE 'its actions as they were, on the new columns; NOT VALID as it was' END, finished);
+        CONTINUE WHEN NOT c.validated;
+        validate_after := validate_after || format('(%L::pg_catalog.regclass::pg_catalog.oid, %L::pg_catalog.name)', c.rel::text, c.conname);
         steps := steps || _pg_shard_id.step(700, 'after the swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.rel), 'check',
                                             format('SHARE UPDATE EXCLUSIVE on %s, ROW SHARE on %s (writes go on)', c.rel, tbl),
                                             format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.rel, c.conname), 'every referencing row',
@@ -1048,8 +1077,13 @@ BEGIN
                                                                     AND confrelid = tbl AND convalidated));
     END LOOP;
     steps := steps || _pg_shard_id.step(690, 'swap', 'old key column', format('table %s', tbl), 'record', NULL,
-                                        format('UPDATE _pg_shard_id.conversions SET phase = %L, updated_at = clock_timestamp() WHERE relid = %L::regclass',
-                                               'finished', tbl::text),
+                                        format('UPDATE _pg_shard_id.conversions SET phase = %L, updated_at = pg_catalog.clock_timestamp()%s WHERE relid = %L::pg_catalog.regclass',
+                                               'finished',
+                                               CASE WHEN cardinality(validate_after) > 0
+                                                    THEN format(', validate_after = ARRAY(SELECT k.oid FROM pg_catalog.pg_constraint k WHERE k.contype = %L AND k.conparentid = 0 '
+                                                                'AND (k.conrelid, k.conname) IN (%s))', 'f', array_to_string(validate_after, ', '))
+                                                    ELSE '' END,
+                                               tbl::text),
                                         NULL, finished);
     steps := steps || _pg_shard_id.step(900, 'kept', 'old key column', format('column %s.%I', tbl, key_column), 'keep', NULL, NULL,
                                         format('kept as %I, with its values and its DEFAULT or identity (it goes on drawing from its sequence until you drop it)',
@@ -1502,13 +1536,14 @@ EXCEPTION WHEN lock_not_available THEN
               HINT = format('A transaction holds a lock on the table (pg_locks and pg_stat_activity show it); nothing of this step was done. End it, then CALL shard_id_convert_finish(%L) again: it goes on from its last step.', tbl::text);
 END $$;
 
--- The foreign keys to a converted table that are not validated yet (an interrupted finish's).
+-- The foreign keys the swap of tbl made again NOT VALID that are not validated yet (an interrupted
+-- finish's): those it recorded, valid before it (one the user left NOT VALID is not touched).
 CREATE FUNCTION _pg_shard_id.conversion_validations(tbl regclass) RETURNS SETOF _pg_shard_id.conversion_step
 LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT _pg_shard_id.step(700, 'after the swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.conrelid::regclass),
                              'check', NULL, format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.conrelid::regclass, c.conname), NULL, false)
-      FROM pg_constraint c
-     WHERE c.contype = 'f' AND c.confrelid = tbl AND c.conparentid = 0 AND NOT c.convalidated
+      FROM _pg_shard_id.conversions v JOIN pg_constraint c ON c.oid = ANY (v.validate_after)
+     WHERE v.relid = tbl AND NOT c.convalidated
      ORDER BY c.conrelid, c.conname
 $$;
 
@@ -1589,5 +1624,5 @@ COMMENT ON FUNCTION _pg_shard_id.conversion_triggers(regclass, name, name) IS 'T
 COMMENT ON FUNCTION _pg_shard_id.convert_step(regclass, integer, text) IS 'One transaction of shard_id_convert: a batch, or the sweeps; whether there is more to do.';
 COMMENT ON FUNCTION _pg_shard_id.convert_arguments(regclass, integer) IS 'shard_id_convert''s arguments checked (22004, 22023).';
 COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction of shard_id_convert_finish: a check before the swap, the swap, or a foreign key validated; whether there is more to do.';
-COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys to a converted table not validated yet.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
 COMMENT ON FUNCTION _pg_shard_id.swap(regclass) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';

@@ -275,12 +275,57 @@ def virtual_generated_column(conn, db):
     return lambda: one(conn, "SELECT count(*) FROM purchases WHERE code <> 'P-' || id::text") == 0
 
 
+def constraint_comments(conn, db):
+    """Comments on the constraints made again at the swap: the primary key, a unique constraint and
+    a foreign key to the key (not objects of the column: nothing in pg_depend shows them)."""
+    conn.execute("ALTER TABLE purchases ADD CONSTRAINT purchases_item_id_unique UNIQUE (item, id)")
+    conn.execute("COMMENT ON CONSTRAINT purchases_pkey ON purchases IS 'the key'")
+    conn.execute("COMMENT ON CONSTRAINT purchases_item_id_unique ON purchases IS 'one item per purchase'")
+    conn.execute("COMMENT ON CONSTRAINT purchase_lines_purchase_id_fkey ON purchase_lines IS 'lines of a purchase'")
+    return lambda: conn.execute(
+        "SELECT conname, obj_description(oid, 'pg_constraint') FROM pg_constraint WHERE conname IN "
+        "('purchases_pkey', 'purchases_item_id_unique', 'purchase_lines_purchase_id_fkey') ORDER BY 1"
+    ).fetchall() == [("purchase_lines_purchase_id_fkey", "lines of a purchase"),
+                     ("purchases_item_id_unique", "one item per purchase"), ("purchases_pkey", "the key")]
+
+
+def foreign_keys_left_not_valid(conn, db):
+    """Foreign keys the user left NOT VALID stay so: one to another unique column, which a row
+    breaks (the finish must neither validate it nor fail on it), and one to the key (carried, its
+    values converted, not validated)."""
+    conn.execute("ALTER TABLE purchases ADD COLUMN code text UNIQUE")
+    conn.execute("UPDATE purchases SET code = 'c' || id WHERE id <= 10")
+    conn.execute("CREATE TABLE wishes (code text, purchase_id bigint)")
+    conn.execute("INSERT INTO wishes VALUES ('no such code', NULL), ('c7', 7)")
+    conn.execute("ALTER TABLE wishes ADD CONSTRAINT wishes_code_fkey FOREIGN KEY (code) "
+                 "REFERENCES purchases (code) NOT VALID")
+    conn.execute("ALTER TABLE wishes ADD CONSTRAINT wishes_purchase_fkey FOREIGN KEY (purchase_id) "
+                 "REFERENCES purchases NOT VALID")
+    expected = [
+        ("purchase_lines_purchase_id_fkey", True, "FOREIGN KEY (purchase_id) REFERENCES purchases(id) ON DELETE CASCADE"),
+        ("wishes_code_fkey", False, "FOREIGN KEY (code) REFERENCES purchases(code) NOT VALID"),
+        ("wishes_purchase_fkey", False, "FOREIGN KEY (purchase_id) REFERENCES purchases(id) NOT VALID"),
+    ]
+    if server_version(conn) >= 180000:  # NOT ENFORCED is PostgreSQL 18's
+        conn.execute("ALTER TABLE wishes ADD COLUMN gift_for bigint")
+        conn.execute("ALTER TABLE wishes ADD CONSTRAINT wishes_unenforced_fkey FOREIGN KEY (gift_for) "
+                     "REFERENCES purchases NOT ENFORCED")
+        expected.append(("wishes_unenforced_fkey", False, "FOREIGN KEY (gift_for) REFERENCES purchases(id) NOT ENFORCED"))
+    return lambda: conn.execute(
+        "SELECT conname, convalidated, pg_get_constraintdef(oid) FROM pg_constraint WHERE contype = 'f' "
+        "AND conname IN ('purchase_lines_purchase_id_fkey', 'wishes_code_fkey', 'wishes_purchase_fkey', "
+        "'wishes_unenforced_fkey') ORDER BY 1"
+    ).fetchall() == expected \
+        and one(conn, "SELECT count(*) FROM wishes w JOIN purchases p ON p.id = w.purchase_id WHERE p.code = 'c7'") == 1
+
+
 KINDS = [view_on_key, view_on_reference, views_in_another_schema_and_over_a_view, view_with_options, rule,
          policy, policy_on_a_referencing_table, trigger_update_of_the_key, trigger_when_on_a_reference,
          index_with_the_key_among_its_columns, index_on_an_expression_with_a_predicate, unique_constraint,
          index_on_a_reference, check_constraint, statistics_object, publication_column_list_and_row_filter,
          function_with_a_sql_standard_body, column_privileges, column_comment_and_settings,
-         replica_identity_index, clustered_primary_key, virtual_generated_column]
+         replica_identity_index, clustered_primary_key, virtual_generated_column, constraint_comments,
+         foreign_keys_left_not_valid]
 # the kinds whose check needs the published table acknowledged
 PUBLISHED = {publication_column_list_and_row_filter}
 
@@ -527,6 +572,40 @@ def test_a_partitioned_table_with_the_partition_column_first_in_its_key(cluster,
         assert one(conn, "SELECT count(*) FROM events WHERE shard_id_extract_timestamp(id) <> created_at") == 0
         assert one(conn, "SELECT pg_get_indexdef('events_id_created'::regclass)") \
             == "CREATE INDEX events_id_created ON ONLY public.events USING btree (id, created_at)"
+
+
+def test_an_empty_table_converts(cluster, db):
+    """A table without rows (its ANALYZE records no statistics: the finish must not wait for them),
+    with a referencing table."""
+    with cluster.connect(db) as conn:
+        conn.execute("SET statement_timeout = '60s'")  # (a finish that never ends fails here)
+        conn.execute("CREATE TABLE orders (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL)")
+        conn.execute("CREATE TABLE order_lines (order_id bigint REFERENCES orders)")
+        conn.execute("CREATE SEQUENCE orders_seq")
+        convert(conn, "orders", seq="orders_seq")
+        assert one(conn, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'orders'::regclass "
+                         "AND attname = 'id_before_shard_id'") == 1
+        new = one(conn, "INSERT INTO orders (created_at) VALUES (now()) RETURNING id")
+        assert one(conn, "SELECT shard_id_extract_shard(%s)", (new,)) == 5
+        conn.execute("INSERT INTO order_lines VALUES (%s)", (new,))
+
+
+def test_a_referenced_table_whose_name_holds_parentheses(cluster, db):
+    """The foreign key to the key is made again from its definition, whatever the names in it."""
+    with cluster.connect(db) as conn:
+        conn.execute('CREATE TABLE "orders (2026)" (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL)')
+        conn.execute('CREATE TABLE "lines (2026)" (id bigserial PRIMARY KEY, '
+                     'order_id bigint REFERENCES "orders (2026)")')
+        conn.execute('INSERT INTO "orders (2026)" (created_at) '
+                     "SELECT '2026-06-01'::timestamptz + g * interval '1 s' FROM generate_series(1, 300) g")
+        conn.execute('INSERT INTO "lines (2026)" (order_id) SELECT g FROM generate_series(1, 300) g')
+        conn.execute("CREATE SEQUENCE orders_seq")
+        convert(conn, '"orders (2026)"', seq="orders_seq")
+        assert conn.execute("SELECT pg_get_constraintdef(oid), convalidated FROM pg_constraint "
+                            "WHERE contype = 'f' AND conrelid = '\"lines (2026)\"'::regclass").fetchall() \
+            == [('FOREIGN KEY (order_id) REFERENCES "orders (2026)"(id)', True)]
+        assert one(conn, 'SELECT count(*) FROM "lines (2026)" l JOIN "orders (2026)" o ON o.id = l.order_id '
+                         "WHERE shard_id_extract_timestamp(o.id) = o.created_at") == 300
 
 
 # ---- everything at once, under writers ------------------------------------------------------------
