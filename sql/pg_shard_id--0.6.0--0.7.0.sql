@@ -372,6 +372,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     ('inheritance', 'pg_inherits (not partitions)', 'refuse', 'a parent''s UPDATE and ALTER reach its children: convert tables without inheritance'),
     ('row type used', 'pg_attribute.atttypid, pg_class.reloftype', 'refuse', 'PostgreSQL refuses a new column in a table whose row type a column uses, or that is of a type'),
     ('foreign table', 'pg_class.relkind', 'refuse', 'its rows are elsewhere'),
+    ('row security forced', 'pg_class.relforcerowsecurity', 'refuse', 'row security that applies to the owner would hide rows from the conversion, which reads and writes every row as the owner: NO FORCE ROW LEVEL SECURITY for the conversion'),
     ('Citus distributed table', 'pg_dist_partition', 'refuse', 'the new column''s DEFAULT names a shard, which Citus refuses (it takes next_shard_id(seq)), and its shards are tables on the workers: not supported'),
     ('publication membership', 'pg_publication_rel, pg_publication_namespace, FOR ALL TABLES', 'refuse', 'a subscriber stops at the first change after the prepare unless it has the new columns: add them there first (docs/adopting.md#replicas), then subscribers_ready => true'),
     ('user trigger or rule fired by the batches', 'pg_trigger, pg_rewrite', 'quiet', 'the batches run with session_replication_role = replica: triggers and rules enabled on origin do not fire; refused (with fire_triggers => true to fire them) when the caller may not set it, or when one is enabled ALWAYS or REPLICA'),
@@ -511,7 +512,7 @@ BEGIN
     subscribers_ready := coalesce(subscribers_ready, false);
 
     -- ---- the relations it writes: what PostgreSQL or the conversion cannot do there ----
-    FOR c IN SELECT cc.*, k.relkind, k.reltype, k.reloftype,
+    FOR c IN SELECT cc.*, k.relkind, k.reltype, k.reloftype, k.relrowsecurity AND k.relforcerowsecurity AS forced_row_security,
                     row_number() OVER (PARTITION BY cc.rel ORDER BY cc.role, cc.old_attnum) AS nth
                FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
                JOIN pg_class k ON k.oid = cc.rel ORDER BY cc.rel, cc.role LOOP
@@ -527,6 +528,11 @@ BEGIN
             IF c.relkind = 'f' THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'foreign table', format('foreign table %s', c.rel), 'refuse', NULL, NULL,
                                                     'its rows are in another server: the conversion cannot write them', false);
+            END IF;
+            IF c.forced_row_security THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'row security forced', format('table %s', c.rel), 'refuse', NULL,
+                                                    format('ALTER TABLE %s NO FORCE ROW LEVEL SECURITY', c.rel),
+                                                    'row security applies to its owner too: the conversion reads and writes every row as the owner (force it again after the finish)', false);
             END IF;
             FOR x IN SELECT i.inhrelid::regclass AS child, i.inhparent::regclass AS parent FROM pg_inherits i
                       JOIN pg_class k ON k.oid = i.inhrelid

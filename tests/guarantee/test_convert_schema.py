@@ -382,6 +382,12 @@ REFUSED = {
         "line_audit"),
     "materialized view of a reference": (
         "CREATE MATERIALIZED VIEW line_mv AS SELECT purchase_id FROM purchase_lines", "line_mv"),
+    # (next_shard_id_at refuses an owner row security applies to: every batch would fail)
+    "row security forced": ("ALTER TABLE purchases ENABLE ROW LEVEL SECURITY; "
+                            "ALTER TABLE purchases FORCE ROW LEVEL SECURITY", "table public.purchases"),
+    "row security forced on a referencing table": (
+        "ALTER TABLE purchase_lines ENABLE ROW LEVEL SECURITY; ALTER TABLE purchase_lines FORCE ROW LEVEL SECURITY",
+        "table public.purchase_lines"),
 }
 
 
