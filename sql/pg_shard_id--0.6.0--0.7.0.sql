@@ -372,6 +372,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     ('inheritance', 'pg_inherits (not partitions)', 'refuse', 'a parent''s UPDATE and ALTER reach its children: convert tables without inheritance'),
     ('row type used', 'pg_attribute.atttypid, pg_class.reloftype', 'refuse', 'PostgreSQL refuses a new column in a table whose row type a column uses, or that is of a type'),
     ('foreign table', 'pg_class.relkind', 'refuse', 'its rows are elsewhere'),
+    ('subscription target', 'pg_subscription_rel', 'refuse', 'its rows arrive from a publisher by column name, and would put the old keys in the new key column after the swap: convert on the publisher, the subscriber taking the new columns first'),
+    ('domain type', 'pg_attribute.atttypid', 'refuse', 'the key or a referencing column of a domain type: the new column is bigint, without the domain''s constraints'),
     ('row security forced', 'pg_class.relforcerowsecurity', 'refuse', 'row security that applies to the owner would hide rows from the conversion, which reads and writes every row as the owner: NO FORCE ROW LEVEL SECURITY for the conversion'),
     ('Citus distributed table', 'pg_dist_partition', 'refuse', 'the new column''s DEFAULT names a shard, which Citus refuses (it takes next_shard_id(seq)), and its shards are tables on the workers: not supported'),
     ('publication membership', 'pg_publication_rel, pg_publication_namespace, FOR ALL TABLES', 'refuse', 'a subscriber stops at the first change after the prepare unless it has the new columns: add them there first (docs/adopting.md#replicas), then subscribers_ready => true'),
@@ -534,6 +536,11 @@ BEGIN
                                                     format('ALTER TABLE %s NO FORCE ROW LEVEL SECURITY', c.rel),
                                                     'row security applies to its owner too: the conversion reads and writes every row as the owner (force it again after the finish)', false);
             END IF;
+            FOR x IN SELECT s.subname FROM pg_subscription_rel sr JOIN pg_subscription s ON s.oid = sr.srsubid
+                      WHERE sr.srrelid = c.rel ORDER BY 1 LOOP
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'subscription target', format('table %s', c.rel), 'refuse', NULL, NULL,
+                                                    format('its rows arrive from subscription %I, by column name: after the swap the publisher''s old keys would land in the new key column. Convert the table on the publisher; this subscriber takes the new columns first (docs/adopting.md#replicas)', x.subname), false);
+            END LOOP;
             FOR x IN SELECT i.inhrelid::regclass AS child, i.inhparent::regclass AS parent FROM pg_inherits i
                       JOIN pg_class k ON k.oid = i.inhrelid
                      WHERE (i.inhparent = c.rel OR i.inhrelid = c.rel) AND NOT k.relispartition LOOP
@@ -561,6 +568,12 @@ BEGIN
             END IF;
         END IF;
         CONTINUE WHEN c.rel <> c.top;
+        IF (SELECT t.typtype FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+             WHERE a.attrelid = c.rel AND a.attnum = c.old_attnum) = 'd' THEN
+            steps := steps || _pg_shard_id.step(0, 'prepare', 'domain type', format('column %s.%I', c.rel, c.old_column), 'refuse', NULL, NULL,
+                                                format('its type is the domain %s: the new column is bigint, and the domain''s constraints would not apply to the new ids',
+                                                       (SELECT a.atttypid::regtype FROM pg_attribute a WHERE a.attrelid = c.rel AND a.attnum = c.old_attnum)), false);
+        END IF;
         -- the names the conversion gives on it, taken by something else
         IF NOT prepared AND c.new_attnum IS NOT NULL AND c.role = 'reference' THEN
             steps := steps || _pg_shard_id.step(0, 'prepare', 'old key column', format('column %s.%I', c.rel, c.new_column), 'refuse', NULL, NULL,

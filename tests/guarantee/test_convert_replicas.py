@@ -53,6 +53,10 @@ def test_a_subscriber_follows_the_documented_steps_and_cdc_sees_an_update_per_ro
         s.execute(f"CREATE SUBSCRIPTION sub CONNECTION 'host={publisher.dir} port={publisher.port} user=postgres "
                   f"dbname=postgres' PUBLICATION pub")
         assert wait_for(lambda: counts(s) == (ROWS, ROWS), timeout=60)
+        # a subscription's target is converted on its publisher, never on its own
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            s.execute("CALL shard_id_convert_prepare('purchases', 'created_at', 'purchases_shard_id_seq', 5)")
+        assert "subscription sub" in refused.value.diag.message_detail, refused.value.diag.message_detail
 
     with publisher.connect() as p:
         # refused until the subscribers have the new columns, with the statement for them

@@ -382,6 +382,9 @@ REFUSED = {
         "line_audit"),
     "materialized view of a reference": (
         "CREATE MATERIALIZED VIEW line_mv AS SELECT purchase_id FROM purchase_lines", "line_mv"),
+    "domain type of a reference": ("CREATE DOMAIN purchase_ref AS bigint CHECK (VALUE > 0); "
+                                   "ALTER TABLE purchase_lines ALTER COLUMN purchase_id TYPE purchase_ref",
+                                   "column public.purchase_lines.purchase_id"),
     # (next_shard_id_at refuses an owner row security applies to: every batch would fail)
     "row security forced": ("ALTER TABLE purchases ENABLE ROW LEVEL SECURITY; "
                             "ALTER TABLE purchases FORCE ROW LEVEL SECURITY", "table public.purchases"),
