@@ -322,7 +322,7 @@ BEGIN
                   CASE WHEN i.indisunique THEN 'UNIQUE ' ELSE '' END,
                   CASE form WHEN 'concurrently' THEN 'CONCURRENTLY ' ELSE '' END,
                   name,
-                                    i.indrelid::regclass,
+                  _pg_shard_id.qualified(i.indrelid),  -- (a temporary table too: run under the user's path)
                   (SELECT amname FROM pg_am WHERE oid = c.relam),
                   array_to_string(parts, ', '),
                   CASE WHEN cardinality(included) > 0 THEN ' INCLUDE (' || array_to_string(included, ', ') || ')' ELSE '' END,
@@ -439,25 +439,26 @@ CREATE TYPE _pg_shard_id.conversion_step AS (
 -- The statements that give rows their ids: one per unit (a leaf of the table: ids at each row's
 -- time; a leaf of a referencing table: the new id of the row referenced), run on ranges of heap
 -- blocks ($1 to $2), then the sweeps (unit NULL) for rows still without one. The inventory lists
--- them and the batches run them.
+-- them and the batches run them. Every relation named with its schema (a temporary one too: they
+-- may run under the caller's search_path, _pg_shard_id.run_firing).
 CREATE FUNCTION _pg_shard_id.fill_statements(tbl regclass, key_column name, new_column name, time_column name,
                                              seq regclass, shard integer)
 RETURNS TABLE (unit integer, kind text, rel regclass, statement text)
 LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    WITH id AS (SELECT format('_pg_shard_id.conversion_id(%L::pg_catalog.regclass, %s, %I)', seq::text, shard, time_column) AS expression,
+    WITH id AS (SELECT format('_pg_shard_id.conversion_id(%L::pg_catalog.regclass, %s, %I)', _pg_shard_id.qualified(seq), shard, time_column) AS expression,
                        'c.ctid OPERATOR(pg_catalog.>=) pg_catalog.format(''(%s,0)'', $1::pg_catalog.int8)::pg_catalog.tid '
                        'AND c.ctid OPERATOR(pg_catalog.<) pg_catalog.format(''(%s,0)'', $2::pg_catalog.int8)::pg_catalog.tid' AS blocks)
     SELECT u.unit, u.kind, u.rel,
-           CASE u.kind WHEN 'table' THEN format('UPDATE %s c SET %I = %s WHERE %s AND c.%I IS NULL', u.rel, new_column, id.expression, id.blocks, new_column)
+           CASE u.kind WHEN 'table' THEN format('UPDATE %s c SET %I = %s WHERE %s AND c.%I IS NULL', _pg_shard_id.qualified(u.rel), new_column, id.expression, id.blocks, new_column)
                 ELSE format('UPDATE %s c SET %I = p.%I FROM %s p WHERE %s AND c.%I IS NULL AND p.%I OPERATOR(pg_catalog.=) c.%I',
-                            u.rel, u.fk_new_column, new_column, tbl, id.blocks, u.fk_new_column, key_column, u.fk_column) END
+                            _pg_shard_id.qualified(u.rel), u.fk_new_column, new_column, _pg_shard_id.qualified(tbl), id.blocks, u.fk_new_column, key_column, u.fk_column) END
       FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u, id
     UNION ALL
-    SELECT NULL, 'table', tbl, format('UPDATE %s SET %I = %s WHERE %I IS NULL AND %I IS NOT NULL', tbl, new_column, id.expression, new_column, time_column)
+    SELECT NULL, 'table', tbl, format('UPDATE %s SET %I = %s WHERE %I IS NULL AND %I IS NOT NULL', _pg_shard_id.qualified(tbl), new_column, id.expression, new_column, time_column)
       FROM id
     UNION ALL
     SELECT NULL, 'child', r.rel, format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I IS NULL AND c.%I IS NOT NULL AND p.%I OPERATOR(pg_catalog.=) c.%I',
-                               r.rel, r.fk_new_column, new_column, tbl, r.fk_new_column, r.fk_column, key_column, r.fk_column)
+                               _pg_shard_id.qualified(r.rel), r.fk_new_column, new_column, _pg_shard_id.qualified(tbl), r.fk_new_column, r.fk_column, key_column, r.fk_column)
       FROM (SELECT DISTINCT rr.rel, rr.fk_column, rr.fk_new_column FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) rr) r
      ORDER BY 1 NULLS LAST, 2 DESC, 3
 $$;
@@ -980,7 +981,7 @@ BEGIN
         twin := _pg_shard_id.derived_name((SELECT relname FROM pg_class WHERE oid = c.rel) || '_' || c.fk_new_column, '_idx');
         steps := steps || _pg_shard_id.step(300, 'indexes', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_new_column), 'build',
                                             format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.rel),
-                                            format('CREATE INDEX CONCURRENTLY %I ON %s (%I)', twin, c.rel, c.fk_new_column),
+                                            format('CREATE INDEX CONCURRENTLY %I ON %s (%I)', twin, _pg_shard_id.qualified(c.rel), c.fk_new_column),
                                             'the foreign key''s lookups after the swap (ON DELETE, ON UPDATE)',
                                             finished OR EXISTS (SELECT FROM pg_index i JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
                                                                  WHERE i.indrelid = c.rel AND a.attname = c.fk_new_column AND i.indisvalid AND i.indpred IS NULL));
@@ -1340,7 +1341,7 @@ BEGIN
         SELECT format('%I.%I', n.nspname, k.relname) INTO invalid
           FROM pg_class k JOIN pg_namespace n ON n.oid = k.relnamespace JOIN pg_index i ON i.indexrelid = k.oid
          WHERE NOT i.indisvalid
-           AND step.statement LIKE format('CREATE %%INDEX CONCURRENTLY %s ON %s %%', quote_ident(k.relname), i.indrelid::regclass);
+           AND step.statement LIKE format('CREATE %%INDEX CONCURRENTLY %s ON %s %%', quote_ident(k.relname), _pg_shard_id.qualified(i.indrelid));
         IF invalid IS NOT NULL THEN
             RETURN NEXT format('DROP INDEX CONCURRENTLY %s;', invalid);
         END IF;

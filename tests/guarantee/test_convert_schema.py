@@ -599,6 +599,29 @@ def test_an_empty_table_converts(cluster, db):
         conn.execute("INSERT INTO order_lines VALUES (%s)", (new,))
 
 
+def test_a_temporary_table_whose_name_a_table_on_the_path_shares(cluster, db):
+    """A temporary table converted with the user's triggers firing (the batches then run under the
+    caller's search_path), that path putting a table of the same name before pg_temp: every
+    statement names the temporary table by its schema, and the other table is not touched."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE orders (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL, note text)")
+        conn.execute("INSERT INTO orders (created_at, note) SELECT now(), 'public' FROM generate_series(1, 50)")
+        conn.execute("CREATE TEMP TABLE orders (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL, note text)")
+        conn.execute("INSERT INTO pg_temp.orders (created_at, note) "
+                     "SELECT '2026-07-01'::timestamptz + g * interval '1 s', 'temp' FROM generate_series(1, 200) g")
+        conn.execute("CREATE SEQUENCE orders_seq")
+        conn.execute("SET search_path = public, pg_temp")
+        conn.execute("CALL shard_id_convert_prepare('pg_temp.orders', 'created_at', 'orders_seq', 5, fire_triggers => true)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('pg_temp.orders')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('pg_temp.orders', 50)")
+        conn.execute("CALL shard_id_convert_finish('pg_temp.orders')")
+        assert one(conn, "SELECT count(*) FROM pg_temp.orders WHERE shard_id_extract_timestamp(id) = created_at") == 200
+        assert conn.execute("SELECT count(*), min(id), max(id) FROM public.orders").fetchone() == (50, 1, 50)
+        assert one(conn, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'public.orders'::regclass "
+                         "AND attnum > 0 AND NOT attisdropped") == 3
+
+
 def test_a_referenced_table_whose_name_holds_parentheses(cluster, db):
     """The foreign key to the key is made again from its definition, whatever the names in it."""
     with cluster.connect(db) as conn:
