@@ -5,14 +5,16 @@
 //!
 //! Why an id at a past millisecond is unique:
 //! * **Against the DEFAULT's ids**: the time must be at least [`LIVE_MARGIN_MS`] before the
-//!   clock. The DEFAULT never issues an id behind the clock at its draw, and stores it in the same
-//!   statement microseconds later, so every DEFAULT id of that millisecond is already in an index.
+//!   clock, and the sequence's guard is raised above it first, so no DEFAULT id drawn from then
+//!   on is at it. A DEFAULT id drawn before is in an index once its transaction ends; until then
+//!   (a slow trigger, a long statement, an open transaction) its transaction's record says so,
+//!   and the call waits for it or stays below it (`crate::open_draws`, issue 55).
 //! * **Against stored ids**: the remainders of that millisecond and shard in the index of every
 //!   column whose DEFAULT draws from the sequence (the data floor's columns) are read, counting
 //!   rows being inserted, deleted or dead. A column no index can read exactly is refused.
 //! * **Against other calls**, in any session: the shared reservations (`pg_shard_id_core::backfill`).
 
-use crate::data_floor::{columns_of, remainders_in, Column};
+use crate::data_floor::{columns_of, remainders_in, Column, Locking};
 use crate::decode::ms_since_epoch;
 use crate::errors;
 use crate::generate::nextval_internal;
@@ -108,8 +110,26 @@ fn next_shard_id_at(seq: pg_sys::Oid, shard: i32, ts: TimestampWithTimeZone) -> 
     // the DEFAULT issues only above every millisecond this call may hand out, whatever the clock
     // does next (issue 50: a clock stepping back into a backfill's milliseconds)
     crate::issue::keep_above(key.sequence, last_ms, last_ms + LIVE_MARGIN_MS, epoch);
-    let mut db = Indexes;
-    let (ms, remainder) = match draw(table, key, start, taker.value, last_ms, &mut db) {
+    // the caller reads only what it may (issues 50, 55): every table holding the sequence's ids,
+    // before any index is opened and before a reservation is looked at (one made by a caller who
+    // may read them would tell this one which ids are stored)
+    with_columns(seq, |columns| {
+        if let Some(column) = columns.iter().find(|c| !caller_may_read_ids_of(c.relation)) {
+            refuse_unreadable(seq, column.relation);
+        }
+    });
+    // DEFAULT ids whose rows are not in an index yet (a slow trigger, a long statement, an open
+    // transaction): wait for their transactions, or stay below them (issue 55)
+    let ceiling = crate::open_draws::settle(key.sequence, ms, last_ms);
+    let mut db = Indexes { own: key.sequence };
+    let drawn = match draw(table, key, start, taker.value, ceiling, &mut db) {
+        Err(DrawError::PastLastMs) if ceiling < last_ms => {
+            crate::open_draws::wait_up_to(key.sequence, last_ms);
+            draw(table, key, start, taker.value, last_ms, &mut db)
+        }
+        drawn => drawn,
+    };
+    let (ms, remainder) = match drawn {
         Ok(found) => found,
         Err(e) => refuse(e, seq, ms, epoch),
     };
@@ -196,8 +216,12 @@ fn refuse_unreadable(sequence: pg_sys::Oid, relation: pg_sys::Oid) -> ! {
     )
 }
 
-/// The indexes of the columns of each sequence, read for `draw`.
-struct Indexes;
+/// The indexes of the columns of each sequence, read for `draw`: of the caller's sequence `own`
+/// (whose tables the caller was checked to may read), and of other sequences whose held
+/// reservations `draw` would evict.
+struct Indexes {
+    own: pg_shard_id_core::slots::SlotKey,
+}
 
 impl Database for Indexes {
     type Error = String;
@@ -226,14 +250,22 @@ impl Database for Indexes {
                 ));
             }
             // the caller reads only what it may (issue 50): every column's table checked before
-            // any index is opened, so that a refusal locks nothing
-            if let Some(column) = columns.iter().find(|c| !caller_may_read_ids_of(c.relation)) {
-                refuse_unreadable(sequence, column.relation);
-            }
+            // any index is opened, so that a refusal locks nothing. Another sequence's tables (a
+            // reservation held by another role's backfill) are not the caller's business: they
+            // are read without waiting for a lock and let go at once, and only to learn whether
+            // that reservation may go; nothing of them reaches the caller (issue 55)
+            let locking = if key.sequence == self.own {
+                if let Some(column) = columns.iter().find(|c| !caller_may_read_ids_of(c.relation)) {
+                    refuse_unreadable(sequence, column.relation);
+                }
+                Locking::Held
+            } else {
+                Locking::Briefly
+            };
             let mut found = Remainders::default();
             for column in columns {
                 // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
-                let stored = unsafe { remainders_in(column, low, high) }
+                let stored = unsafe { remainders_in(column, low, high, locking) }
                     .map_err(|why| format!("{} ({})", column.name, why.why()))?;
                 found.union_with(&stored);
             }

@@ -2,7 +2,8 @@
 //! pgrx's guard, told apart by type.
 //!
 //! One id, in order:
-//! 1. [`fast`] makes a [`Request`] and, if the table is ready ([`ready_table`]), asks the guard
+//! 1. [`fast`] publishes the transaction's draw if it has not yet (`crate::open_draws`), makes a
+//!    [`Request`] and, if the table is ready ([`ready_table`]), asks the guard
 //!    ([`Request::ask_guard`]). A plain decision to issue at a millisecond the lease covers is
 //!    the answer: `Ok(ms)`. Plain Rust, no call into PostgreSQL, no ERROR.
 //! 2. Anything else comes back as `Err(`[`Slow`]`)`, carrying the request and the guard's
@@ -13,7 +14,7 @@
 //!    guard's data floor (`crate::data_floor`) and ask again, warn of a clock step, extend the
 //!    lease.
 
-use crate::{data_floor, errors, origin, shmem};
+use crate::{data_floor, errors, open_draws, origin, shmem};
 use pg_shard_id_core::guard::{Decision, Overflow, Previous};
 use pg_shard_id_core::layout::LayoutError;
 use pg_shard_id_core::slot_cache::SlotCache;
@@ -41,6 +42,9 @@ pub struct Request<C> {
 /// outside pgrx's guard. Everything else is [`Slow`].
 #[inline]
 pub fn fast<C: Fn() -> i64>(request: Request<C>) -> Result<i64, Slow<C>> {
+    // before the guard decides: next_shard_id_at waits for this transaction while its ids may be
+    // in no index yet (`crate::open_draws`)
+    open_draws::note(request.key, &request.clock);
     let Some(table) = ready_table() else {
         return Err(Slow {
             request,
@@ -163,6 +167,7 @@ impl<C: Fn() -> i64> Request<C> {
                 } => {
                     if let Some(step) = clock_stepped_back_by {
                         errors::warn_clock_step(self.key, step, ms);
+                        open_draws::lower(ms);
                     }
                     cover_by_lease(table, self.key, ms, self.epoch_unix_ms);
                     return ms;

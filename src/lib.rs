@@ -22,6 +22,7 @@ mod json;
 mod lease;
 mod mask;
 mod node;
+mod open_draws;
 mod origin;
 mod partition;
 mod privilege;

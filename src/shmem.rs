@@ -16,9 +16,10 @@
 use crate::settings;
 use pg_shard_id_core::backfill::SharedReservations;
 use pg_shard_id_core::catalog_watch::CatalogWatch;
+use pg_shard_id_core::open_draws::{OpenDraws, Record};
 use pg_shard_id_core::slots::{OwnedSlotTable, SlotTable};
 use pgrx::prelude::*;
-use std::sync::atomic::{AtomicBool, AtomicPtr, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
 // Process-wide state. The postmaster sets it before it forks any backend (every platform pgrx
@@ -32,6 +33,10 @@ static RESERVATIONS: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
 /// The data floor's memory of which databases have defaults that name no sequence
 /// (`crate::catalog_watch`; null: none, the library was not preloaded).
 static CATALOG_WATCH: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+/// Which transactions hold DEFAULT ids not in an index yet (`crate::open_draws`), one record per
+/// backend (null: none, the library was not preloaded), and how many records.
+static OPEN_DRAWS: AtomicPtr<u8> = AtomicPtr::new(std::ptr::null_mut());
+static OPEN_DRAWS_BACKENDS: AtomicUsize = AtomicUsize::new(0);
 /// Set in `_PG_init` when loaded from `shared_preload_libraries`.
 static PRELOADED: AtomicBool = AtomicBool::new(false);
 
@@ -83,6 +88,23 @@ pub fn catalog_watch() -> Option<&'static CatalogWatch> {
     let mem = CATALOG_WATCH.load(Ordering::Acquire);
     // SAFETY: a non-null `mem` is zeroed shared memory of the right size, made at start-up.
     (!mem.is_null()).then(|| unsafe { CatalogWatch::attach(mem) })
+}
+
+/// The records of transactions drawing DEFAULT ids (`crate::open_draws`), if the library was
+/// preloaded. Never calls into PostgreSQL.
+#[inline]
+pub fn open_draws() -> Option<OpenDraws<'static>> {
+    let mem = OPEN_DRAWS.load(Ordering::Acquire);
+    let backends = OPEN_DRAWS_BACKENDS.load(Ordering::Acquire);
+    // SAFETY: a non-null `mem` is zeroed shared memory for `backends` records, made at start-up.
+    (!mem.is_null()).then(|| unsafe { OpenDraws::attach(mem, backends) })
+}
+
+/// Records in `open_draws`: one per backend that may run SQL (`MaxBackends`: connections,
+/// autovacuum and background workers).
+fn open_draws_backends() -> usize {
+    // SAFETY: set by the postmaster before shared memory is requested.
+    unsafe { pg_sys::MaxBackends }.max(1) as usize
 }
 
 /// The per-session table, if this backend made one. Never calls into PostgreSQL.
@@ -178,6 +200,7 @@ unsafe fn request_shared_memory() {
         pg_sys::RequestAddinShmemSpace(table_bytes());
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<SharedReservations>());
         pg_sys::RequestAddinShmemSpace(std::mem::size_of::<CatalogWatch>());
+        pg_sys::RequestAddinShmemSpace(OpenDraws::size_of(open_draws_backends()));
     }
 }
 
@@ -254,6 +277,14 @@ unsafe extern "C-unwind" fn shmem_startup() {
             std::mem::align_of::<CatalogWatch>(),
         );
         CATALOG_WATCH.store(mem, Ordering::Release);
+        let backends = open_draws_backends();
+        let mem = zeroed(
+            c"pg_shard_id open draws",
+            OpenDraws::size_of(backends),
+            std::mem::align_of::<Record>(),
+        );
+        OPEN_DRAWS_BACKENDS.store(backends, Ordering::Release);
+        OPEN_DRAWS.store(mem, Ordering::Release);
         pg_sys::LWLockRelease(addin_shmem_init_lock());
     }
 }

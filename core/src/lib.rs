@@ -14,6 +14,7 @@ pub mod layout;
 pub mod lease;
 pub mod mask;
 pub mod node_tree;
+pub mod open_draws;
 pub mod origin;
 pub mod privilege_cache;
 pub mod routing;

@@ -222,6 +222,19 @@ unsafe fn first_key(scan: pg_sys::IndexScanDesc) -> Option<i64> {
     }
 }
 
+/// How [`remainders_in`] locks the table and index it reads.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Locking {
+    /// As any reader: AccessShareLock, waited for, kept until the transaction ends.
+    Held,
+    /// Without waiting, let go right after the read (`CannotTell::Locked` when not granted): for
+    /// a table the caller may not read, read only to learn whether another call's reservation
+    /// may go, nothing of which reaches the caller (issue 55).
+    Briefly,
+    /// Already taken by the caller (`Briefly`'s read itself).
+    Taken,
+}
+
 /// The remainders (low 10 bits) of every id from `low` to `high` (one millisecond of one shard)
 /// in `column`'s index, for `next_shard_id_at`: every entry counts, whether its row is visible,
 /// being inserted, deleted or dead, without visiting the heap (an entry of a dead row only makes
@@ -234,15 +247,38 @@ pub unsafe fn remainders_in(
     column: &Column,
     low: i64,
     high: i64,
+    locking: Locking,
 ) -> Result<pg_shard_id_core::backfill::Remainders, CannotTell> {
     use pg_shard_id_core::backfill::{remainder_of, Remainders};
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
     // SAFETY: the caller's contract. The locks are the planner's (AccessShareLock); they are
-    // kept until the transaction ends, as any reader's are.
+    // kept until the transaction ends, as any reader's are, or (Locking::Briefly) taken without
+    // waiting and let go at the end.
     unsafe {
         if let Some(why) = column.cannot_tell {
             return Err(why);
         }
+        if locking == Locking::Briefly {
+            let Some((index_oid, _)) = column.index else {
+                return Err(CannotTell::NoIndex);
+            };
+            if !pg_sys::ConditionalLockRelationOid(column.relation, lock) {
+                return Err(CannotTell::Locked);
+            }
+            if !pg_sys::ConditionalLockRelationOid(index_oid, lock) {
+                pg_sys::UnlockRelationOid(column.relation, lock);
+                return Err(CannotTell::Locked);
+            }
+            // (the locks are held: the read opens both without taking them again)
+            let read = remainders_in(column, low, high, Locking::Taken);
+            pg_sys::UnlockRelationOid(index_oid, lock);
+            pg_sys::UnlockRelationOid(column.relation, lock);
+            return read;
+        }
+        let lock = match locking {
+            Locking::Taken => pg_sys::NoLock as pg_sys::LOCKMODE,
+            _ => lock,
+        };
         let heap = pg_sys::try_table_open(column.relation, lock);
         if heap.is_null() {
             return Ok(Remainders::default());
