@@ -109,4 +109,7 @@ COMMENT ON FUNCTION _pg_shard_id.convert_step(regclass, integer, text) IS 'One t
 COMMENT ON FUNCTION _pg_shard_id.convert_arguments(regclass, integer) IS 'shard_id_convert''s arguments checked (22004, 22023).';
 COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction of shard_id_convert_finish: a check before the swap, the swap, or a foreign key validated; whether there is more to do.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
-COMMENT ON FUNCTION _pg_shard_id.swap(regclass) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
+COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
+COMMENT ON PROCEDURE shard_id_convert_abandon(regclass) IS 'Abandons a conversion before its swap: drops its triggers and new columns (with their twin indexes and CHECKs) and its progress row; the table is as it was before the prepare.';
+COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap block, counted in the first 8 blocks: the batch size of a table never analyzed.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE trigger of a table being converted: records the deleted rows'' new ids, so that rows referencing one inserted again with its old key follow it.';

@@ -379,6 +379,11 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     ('publication membership', 'pg_publication_rel, pg_publication_namespace, FOR ALL TABLES', 'refuse', 'a subscriber stops at the first change after the prepare unless it has the new columns: add them there first (docs/adopting.md#replicas), then subscribers_ready => true'),
     ('user trigger or rule fired by the batches', 'pg_trigger, pg_rewrite', 'quiet', 'the batches run with session_replication_role = replica: triggers and rules enabled on origin do not fire; refused (with fire_triggers => true to fire them) when the caller may not set it, or when one is enabled ALWAYS or REPLICA'),
     ('old key column', 'pg_attribute', 'keep', 'renamed <key>_before_shard_id, with its values, DEFAULT or identity; no longer NOT NULL (unless identity or partition key)'),
+    ('partitioned referencing table', 'pg_class.relkind', 'refuse', 'PostgreSQL 15 to 17 refuse the NOT VALID foreign key the swap makes on a partitioned table: drop the foreign key, convert, add it again (18 allows it)'),
+    ('no index on the key', 'pg_index', 'refuse', 'next_shard_id_at reads the new ids from a btree index with the new column first, the twin of one with the key first: make one first'),
+    ('check constraint not valid', 'pg_constraint.convalidated', 'refuse', 'every batch UPDATE checks a NOT VALID CHECK: validate it (or drop it) first'),
+    ('check constraint on the key', 'pg_constraint.conbin', 'refuse', 'a CHECK on the key alone that a new id does not satisfy (id < 2^31): drop or change it first'),
+    ('depends on the key''s constraint', 'pg_depend: pg_constraint', 'refuse', 'a view that groups by the key depends on its primary key, which the swap drops: drop it, convert, create it again'),
     ('unknown', 'pg_depend', 'refuse', 'an object no rule here knows: refused, by name')
 $$;
 
@@ -450,15 +455,22 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
                        'AND c.ctid OPERATOR(pg_catalog.<) pg_catalog.format(''(%s,0)'', $2::pg_catalog.int8)::pg_catalog.tid' AS blocks)
     SELECT u.unit, u.kind, u.rel,
            CASE u.kind WHEN 'table' THEN format('UPDATE %s c SET %I = %s WHERE %s AND c.%I IS NULL', _pg_shard_id.qualified(u.rel), new_column, id.expression, id.blocks, new_column)
-                ELSE format('UPDATE %s c SET %I = p.%I FROM %s p WHERE %s AND c.%I IS NULL AND p.%I OPERATOR(pg_catalog.=) c.%I',
-                            _pg_shard_id.qualified(u.rel), u.fk_new_column, new_column, _pg_shard_id.qualified(tbl), id.blocks, u.fk_new_column, key_column, u.fk_column) END
+                ELSE format('UPDATE %s c SET %I = p.%I FROM %s p WHERE %s AND (c.%I IS NULL OR c.%I OPERATOR(pg_catalog.<) 0) AND p.%I OPERATOR(pg_catalog.=) c.%I',
+                            _pg_shard_id.qualified(u.rel), u.fk_new_column, new_column, _pg_shard_id.qualified(tbl), id.blocks, u.fk_new_column, u.fk_new_column, key_column, u.fk_column) END
       FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u, id
     UNION ALL
     SELECT NULL, 'table', tbl, format('UPDATE %s SET %I = %s WHERE %I IS NULL AND %I IS NOT NULL', _pg_shard_id.qualified(tbl), new_column, id.expression, new_column, time_column)
       FROM id
     UNION ALL
-    SELECT NULL, 'child', r.rel, format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I IS NULL AND c.%I IS NOT NULL AND p.%I OPERATOR(pg_catalog.=) c.%I',
-                               _pg_shard_id.qualified(r.rel), r.fk_new_column, new_column, _pg_shard_id.qualified(tbl), r.fk_new_column, r.fk_column, key_column, r.fk_column)
+    SELECT NULL, 'child', r.rel, format('UPDATE %s c SET %I = p.%I FROM %s p WHERE (c.%I IS NULL OR c.%I OPERATOR(pg_catalog.<) 0) AND c.%I IS NOT NULL AND p.%I OPERATOR(pg_catalog.=) c.%I',
+                               _pg_shard_id.qualified(r.rel), r.fk_new_column, new_column, _pg_shard_id.qualified(tbl), r.fk_new_column, r.fk_new_column, r.fk_column, key_column, r.fk_column)
+      FROM (SELECT DISTINCT rr.rel, rr.fk_column, rr.fk_new_column FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) rr) r
+    UNION ALL
+    -- rows that referenced a row deleted meanwhile, which was inserted again with the same old key
+    SELECT NULL, 'child', r.rel, format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.new_id FROM _pg_shard_id.conversion_deleted d WHERE d.relid OPERATOR(pg_catalog.=) %s::pg_catalog.oid)) '
+                                        'AND p.%I OPERATOR(pg_catalog.=) c.%I AND p.%I IS NOT NULL AND p.%I OPERATOR(pg_catalog.<>) c.%I',
+                               _pg_shard_id.qualified(r.rel), r.fk_new_column, new_column, _pg_shard_id.qualified(tbl), r.fk_new_column, tbl::oid,
+                               key_column, r.fk_column, new_column, new_column, r.fk_new_column)
       FROM (SELECT DISTINCT rr.rel, rr.fk_column, rr.fk_new_column FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) rr) r
      ORDER BY 1 NULLS LAST, 2 DESC, 3
 $$;
@@ -494,7 +506,8 @@ DECLARE
     may_quiet boolean := (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)
                          OR has_parameter_privilege('session_replication_role', 'SET');
     ours oid[] := ARRAY['_pg_shard_id.conversion_fill_row()'::regprocedure,
-                        '_pg_shard_id.conversion_fill_reference()'::regprocedure]::oid[];
+                        '_pg_shard_id.conversion_fill_reference()'::regprocedure,
+                        '_pg_shard_id.conversion_note_deleted()'::regprocedure]::oid[];
     new_check name := _pg_shard_id.derived_name('shard_id_convert_' || new_column, '_not_null');
     fill_trigger name := _pg_shard_id.derived_name('shard_id_convert_', new_column);
     indexes oid[][] := '{}';  -- (index, constraint or 0) of every index on a moved column
@@ -598,6 +611,68 @@ BEGIN
                        FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.top = x.top),
                     format('%s is published: on every subscriber of %I, run this statement first, then pass subscribers_ready => true; the subscribers rename their columns at the swap (docs/adopting.md#replicas). A change-data-capture consumer needs nothing first and sees each converted row as an UPDATE.',
                            x.top, x.pubname), false);
+    END LOOP;
+
+    -- ---- what the finish could not complete (issue 55): refused before anything changes ----
+    -- a partitioned referencing table: the swap makes its foreign key NOT VALID, which PostgreSQL
+    -- before 18 refuses on a partitioned table
+    FOR x IN SELECT DISTINCT cc.top FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_class k ON k.oid = cc.top
+              WHERE cc.role = 'reference' AND k.relkind = 'p' AND current_setting('server_version_num')::int < 180000 LOOP
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'partitioned referencing table', format('table %s', x.top), 'refuse', NULL, NULL,
+                    format('%s is partitioned and references the key: the swap makes its foreign key again NOT VALID, which PostgreSQL %s refuses on a partitioned table (18 allows it): drop the foreign key, convert, add it again', x.top,
+                           current_setting('server_version_num')::int / 10000), false);
+    END LOOP;
+    -- the new column must be readable by next_shard_id_at: a btree index with it first
+    IF NOT prepared AND NOT EXISTS (
+        SELECT FROM pg_index i JOIN pg_class ic ON ic.oid = i.indexrelid JOIN pg_am am ON am.oid = ic.relam
+         WHERE i.indrelid = tbl AND am.amname = 'btree' AND i.indkey[0] = key_attnum AND i.indpred IS NULL) THEN
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'no index on the key', format('table %s', tbl), 'refuse', NULL,
+                    format('CREATE INDEX ON %s (%I)', tbl, key_column),
+                    format('no btree index of %s has %I as its first column: the new column''s twin would have none either, and next_shard_id_at reads the ids stored in it there; make one (CONCURRENTLY) first', tbl, key_column), false);
+    END IF;
+    -- a user's NOT VALID CHECK: every batch UPDATE checks it, and a row that breaks it stops them
+    FOR x IN SELECT DISTINCT con.oid, con.conname, con.conrelid::regclass AS rel
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND NOT con.convalidated AND con.conislocal
+              WHERE con.conname NOT LIKE 'shard_id_convert%' AND con.conname NOT LIKE '%_shard_id_twin' LOOP
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint not valid', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
+                    format('ALTER TABLE %s VALIDATE CONSTRAINT %I', x.rel, x.conname),
+                    'a NOT VALID CHECK: the conversion updates every row, and PostgreSQL checks it on each; a row that breaks it would stop the batches. Validate it (or fix the rows, or drop it) first', false);
+    END LOOP;
+    -- a CHECK on the key alone that the new ids do not satisfy (id < 2^31): tried on two new ids
+    FOR x IN SELECT con.oid, con.conname, con.conrelid::regclass AS rel, pg_get_expr(con.conbin, con.conrelid) AS expr
+               FROM pg_constraint con
+              WHERE con.conrelid = tbl AND con.contype = 'c' AND con.conkey = ARRAY[key_attnum] AND NOT prepared LOOP
+        DECLARE
+            sample bigint;
+            ok boolean;
+        BEGIN
+            FOREACH sample IN ARRAY ARRAY[@extschema@.shard_id_compose(now(), coalesce(shard, 0), 0),
+                                          @extschema@.shard_id_compose(now() + interval '10 years', coalesce(shard, 0), 1023)] LOOP
+                EXECUTE format('SELECT (%s) FROM (SELECT $1::bigint AS %I) AS %I', x.expr, key_column,
+                               (SELECT relname FROM pg_class WHERE oid = tbl))
+                   INTO ok USING sample;
+                IF ok IS FALSE THEN
+                    RAISE EXCEPTION 'false';
+                END IF;
+            END LOOP;
+        EXCEPTION WHEN OTHERS THEN
+            steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint on the key', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
+                        format('ALTER TABLE %s DROP CONSTRAINT %I', x.rel, x.conname),
+                        format('CHECK (%s) is not satisfied by a new id (%s): its twin on the new column could never be validated; drop or change it first', x.expr, sample), false);
+        END;
+    END LOOP;
+    -- an object that depends on the key's constraint, not on its column (a view with GROUP BY
+    -- the key): the swap drops that constraint
+    FOR x IN SELECT DISTINCT dep.classid, dep.objid, pg_describe_object(dep.classid, dep.objid, dep.objsubid) AS what,
+                    con.conname, con.conrelid::regclass AS rel
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype IN ('p', 'u') AND cc.old_attnum = ANY (con.conkey)
+               JOIN pg_depend dep ON dep.refclassid = 'pg_constraint'::regclass AND dep.refobjid = con.oid
+              WHERE dep.classid <> 'pg_constraint'::regclass AND dep.deptype = 'n' LOOP
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'depends on the key''s constraint', x.what, 'refuse', NULL, NULL,
+                    format('%s depends on constraint %I on %s (a view that groups by the key relies on it being unique), which the swap drops and makes again: drop it, convert, create it again', x.what, x.conname, x.rel), false);
     END LOOP;
 
     -- ---- every object PostgreSQL records as depending on a column that moves ----
@@ -957,7 +1032,9 @@ BEGIN
                                         format('ALTER TABLE %s ADD COLUMN %I bigint; ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s);',
                                                tbl, new_column, tbl, new_column, seq::text, shard)
                                         || format(' CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS NULL AND NEW.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_row(%L, %L, %L, %L);',
-                                                  fill_trigger, tbl, new_column, time_column, new_column, time_column, _pg_shard_id.qualified(seq), shard),
+                                                  fill_trigger, tbl, new_column, time_column, new_column, time_column, seq::oid, shard)
+                                        || format(' CREATE TRIGGER %I AFTER DELETE ON %s FOR EACH ROW WHEN (OLD.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted(%L);',
+                                                  _pg_shard_id.derived_name(fill_trigger, '_deleted'), tbl, new_column, tbl::oid),
                                         'the new column; rows inserted from now on get live ids, a row an UPDATE moves behind the batches gets its id from the trigger', prepared);
     FOR c IN SELECT DISTINCT ON (ref.rel, ref.fk_column) ref.*,
                     (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column) AS key_type
@@ -967,10 +1044,10 @@ BEGIN
                                             format('ACCESS EXCLUSIVE on %s, catalog only (no rewrite)', c.rel),
                                             format('ALTER TABLE %s ADD COLUMN %I bigint;', c.rel, c.fk_new_column)
                                             || format(' CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW WHEN (NEW.%I IS NOT NULL AND NEW.%I IS NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L);',
-                                                      trigger_name, c.rel, c.fk_column, c.fk_new_column, c.fk_column, c.fk_new_column, _pg_shard_id.qualified(tbl), key_column, c.key_type, new_column)
+                                                      trigger_name, c.rel, c.fk_column, c.fk_new_column, c.fk_column, c.fk_new_column, tbl::oid, key_column, c.key_type, new_column)
                                             || format(' CREATE TRIGGER %I BEFORE UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS DISTINCT FROM OLD.%I OR (NEW.%I IS NOT NULL AND NEW.%I IS NULL)) EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L);',
                                                       _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_update'), c.rel, c.fk_column, c.fk_column,
-                                                      c.fk_column, c.fk_new_column, c.fk_column, c.fk_new_column, _pg_shard_id.qualified(tbl), key_column, c.key_type, new_column),
+                                                      c.fk_column, c.fk_new_column, c.fk_column, c.fk_new_column, tbl::oid, key_column, c.key_type, new_column),
                                             'the new referencing column; rows written from now on get the new id of the row they reference', prepared);
     END LOOP;
     -- the indexes: a lookup index on each new referencing column, unless a twin of an index of
@@ -1036,9 +1113,9 @@ BEGIN
                                         analyzed);
     -- the swap: one transaction
     steps := steps || _pg_shard_id.step(600, 'swap', 'old key column', format('table %s', tbl), 'lock', 'ACCESS EXCLUSIVE on each, lock_timeout 10 s',
-                                        (SELECT 'LOCK TABLE ' || string_agg(t.top::text, ', ' ORDER BY t.top <> tbl, t.top::oid) || ' IN ACCESS EXCLUSIVE MODE'
+                                        (SELECT 'LOCK TABLE ' || string_agg(t.top::text, ', ' ORDER BY t.top = tbl, t.top::oid) || ' IN ACCESS EXCLUSIVE MODE'
                                            FROM (SELECT DISTINCT cc.top FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc) t),
-                                        'the table, then each referencing table (the order writers take them in: an insert into a referencing table checks the table), until the commit; no scan runs under the locks', finished);
+                                        'each referencing table, then the table (the order writers take them in: an insert into a referencing table locks it, then checks the table), until the commit; no scan runs under the locks (the referencing rows written since the last sweep are found through the new columns'' indexes)', finished);
     FOR c IN SELECT ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref LOOP
         steps := steps || _pg_shard_id.step(605, 'swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.rel), 'drop', NULL,
                                             format('ALTER TABLE %s DROP CONSTRAINT %I', c.rel, c.conname), 'made again on the new columns below', finished);
@@ -1065,7 +1142,9 @@ BEGIN
                                             'the old column is no longer given; the conversion''s CHECKs', finished);
     END LOOP;
     steps := steps || _pg_shard_id.step(605, 'swap', 'old key column', format('table %s', tbl), 'drop', NULL,
-                                        format('DROP TRIGGER %I ON %s', fill_trigger, tbl), 'the conversion''s trigger', finished);
+                                        format('DROP TRIGGER %I ON %s; DROP TRIGGER IF EXISTS %I ON %s; DELETE FROM _pg_shard_id.conversion_deleted WHERE relid OPERATOR(pg_catalog.=) %s::pg_catalog.oid',
+                                               fill_trigger, tbl, _pg_shard_id.derived_name(fill_trigger, '_deleted'), tbl, tbl::oid),
+                                        'the conversion''s triggers, and its record of deleted rows', finished);
     steps := steps || _pg_shard_id.step(620, 'swap', 'not-null constraint', format('column %s.%I', tbl, new_column), 'build', NULL,
                                         format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, new_column), 'proved by the CHECK validated before: no scan', finished);
     steps := steps || _pg_shard_id.step(650, 'swap', 'old key column', format('column %s.%I', tbl, key_column), 'rename', NULL,
@@ -1166,14 +1245,15 @@ $$;
 
 -- Fills the new column of a row an UPDATE or INSERT left without one (a row moved behind the
 -- batches, or inserted with the column named and NULL); the trigger's WHEN clause calls it only
--- then. TG_ARGV: new column, time column, sequence, shard.
+-- then. TG_ARGV: new column, time column, sequence (its oid: a rename after the prepare changes
+-- nothing), shard.
 CREATE FUNCTION _pg_shard_id.conversion_fill_row() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     ts timestamptz := (to_jsonb(NEW) ->> TG_ARGV[1])::timestamptz;
 BEGIN
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
-               _pg_shard_id.conversion_id(TG_ARGV[2]::regclass, TG_ARGV[3]::integer, ts)));
+               _pg_shard_id.conversion_id(TG_ARGV[2]::oid::regclass, TG_ARGV[3]::integer, ts)));
     RETURN NEW;
 EXCEPTION WHEN object_not_in_prerequisite_state OR insufficient_privilege THEN
     -- the new column's index is not built yet (between the prepare and the index build), or the
@@ -1185,21 +1265,68 @@ END $$;
 
 -- Gives a referencing row the new id of the row it references (the triggers' WHEN clauses call
 -- it for a new row, or an updated reference). TG_ARGV: foreign key column, its new column, the
--- referenced table, its key column and that column's type, its new column.
+-- referenced table (its oid: a rename after the prepare changes nothing), its key column and that
+-- column's type, its new column.
+--
+-- A writer never fails because of it (issue 55): a row that references itself takes its own new
+-- id; a referenced row the writer cannot see (not inserted yet under a deferred foreign key, hidden
+-- by row security, in the same statement) gives -1, "not known yet", which satisfies the finish's
+-- CHECK and is replaced by the referenced row's new id in the sweeps and again under the swap's
+-- locks, through the new column's index (_pg_shard_id.fill_statements).
 CREATE FUNCTION _pg_shard_id.conversion_fill_reference() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     new_id bigint;
+    row_ jsonb := to_jsonb(NEW);
 BEGIN
     -- (the key compared in its own type, so that the lookup uses the primary key; a reference
     -- set to NULL gets NULL)
-    IF to_jsonb(NEW) ->> TG_ARGV[0] IS NOT NULL THEN
-        EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2], TG_ARGV[3], TG_ARGV[4])
-           INTO new_id USING to_jsonb(NEW) ->> TG_ARGV[0];
+    IF row_ ->> TG_ARGV[0] IS NOT NULL THEN
+        IF row_ ->> TG_ARGV[0] = row_ ->> TG_ARGV[3]
+           AND TG_RELID::regclass IN (SELECT t FROM _pg_shard_id.tree(TG_ARGV[2]::oid::regclass) t) THEN
+            new_id := (row_ ->> TG_ARGV[5])::bigint;
+        ELSE
+            EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2]::oid::regclass, TG_ARGV[3], TG_ARGV[4])
+               INTO new_id USING row_ ->> TG_ARGV[0];
+        END IF;
+        new_id := coalesce(new_id, -1);
     END IF;
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[1], new_id));
     RETURN NEW;
 END $$;
+
+-- The new ids of the table's rows deleted while it is converted (issue 55): a row deleted and
+-- inserted again with the same old key (under a deferred foreign key, in one transaction) gets
+-- another new id, and the rows that referenced it are moved to that one by the sweeps and under
+-- the swap's locks, found through the new referencing columns' indexes. Written only by the
+-- trigger below; each table's rows are read and removed by its owner (row security).
+CREATE TABLE _pg_shard_id.conversion_deleted (
+    relid oid NOT NULL,
+    new_id bigint NOT NULL
+);
+CREATE INDEX ON _pg_shard_id.conversion_deleted (relid, new_id);
+ALTER TABLE _pg_shard_id.conversion_deleted ENABLE ROW LEVEL SECURITY;
+CREATE POLICY owner_only ON _pg_shard_id.conversion_deleted
+    USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
+GRANT SELECT, DELETE ON _pg_shard_id.conversion_deleted TO PUBLIC;
+
+-- The AFTER DELETE trigger of a table being converted: records the deleted row's new id. SECURITY
+-- DEFINER, so that any role that may delete rows records them; it records only rows of the table
+-- it fires on, and only while that table has a conversion that is not finished.
+CREATE FUNCTION _pg_shard_id.conversion_note_deleted() RETURNS trigger
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    -- TG_ARGV[0]: the converted table's oid (the trigger fires on its partitions too)
+    converted oid := TG_ARGV[0]::oid;
+    new_column name := (SELECT c.new_column FROM _pg_shard_id.conversions c WHERE c.relid = converted AND c.phase <> 'finished');
+BEGIN
+    IF new_column IS NOT NULL AND to_jsonb(OLD) ->> new_column IS NOT NULL
+       AND TG_RELID::regclass IN (SELECT t FROM _pg_shard_id.tree(converted::regclass) t) THEN
+        INSERT INTO _pg_shard_id.conversion_deleted (relid, new_id) VALUES (converted, (to_jsonb(OLD) ->> new_column)::bigint);
+    END IF;
+    RETURN NULL;
+END $$;
+REVOKE EXECUTE ON FUNCTION _pg_shard_id.conversion_note_deleted() FROM PUBLIC;
 
 -- The user's triggers and rules that the batches' UPDATEs would fire: on each relation the
 -- batches write, enabled, for UPDATE (an UPDATE OF trigger only when it lists the new column, the
@@ -1210,7 +1337,8 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
     SELECT u.rel, 'trigger', t.tgname, t.tgenabled
       FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u JOIN pg_trigger t ON t.tgrelid = u.rel
      WHERE NOT t.tgisinternal AND t.tgtype::int & 16 <> 0 AND t.tgenabled <> 'D'
-       AND t.tgfoid NOT IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure)
+       AND t.tgfoid NOT IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure,
+                            '_pg_shard_id.conversion_note_deleted()'::regprocedure)
        AND (cardinality(t.tgattr::int2[]) = 0
             OR (SELECT attnum FROM pg_attribute WHERE attrelid = u.rel AND attname = coalesce(u.fk_new_column, new_column)) = ANY (t.tgattr::int2[]))
     UNION ALL
@@ -1325,6 +1453,61 @@ BEGIN
                              tbl, tbl::text, tbl::text);
 END $$;
 
+-- Abandons tbl's conversion before its swap (issue 55): drops what the prepare, the index step
+-- and the finish's first steps made (the conversion's triggers, the new columns on the table and
+-- each referencing table, and with them the twin indexes and CHECKs on them) and the progress
+-- row, in one transaction; the table is as it was, rows, keys and sequence untouched. Takes
+-- ACCESS EXCLUSIVE on the table and each referencing table for the catalog changes only (DROP
+-- COLUMN rewrites nothing; the space of the new column's values comes back as rows are
+-- rewritten, or at VACUUM FULL); waits at most 10 s for those locks. Refused after the swap
+-- (the old key is then in <key>_before_shard_id, and the new one in use).
+CREATE PROCEDURE shard_id_convert_abandon(tbl regclass)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+    x record;
+BEGIN
+    IF tbl IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: shard_id_convert_abandon takes no NULL argument' USING ERRCODE = '22004';
+    END IF;
+    IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = tbl), 'USAGE') THEN
+        RAISE EXCEPTION 'pg_shard_id: only the owner of % can abandon its conversion', tbl USING ERRCODE = '42501';
+    END IF;
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    IF state.relid IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: % has no conversion to abandon', tbl USING ERRCODE = '55000';
+    END IF;
+    IF state.phase = 'finished' THEN
+        RAISE EXCEPTION 'pg_shard_id: the conversion of % was swapped in already', tbl
+            USING ERRCODE = '55000',
+                  HINT = format('%s.%I holds the new ids and %I the old ones; going back is a conversion of its own.',
+                                tbl, state.key_column, _pg_shard_id.derived_name(state.key_column, '_before_shard_id'));
+    END IF;
+    -- the table, then each referencing table (the swap's order), for the catalog changes only
+    FOR x IN SELECT DISTINCT cc.top, cc.top = tbl AS is_table FROM _pg_shard_id.conversion_columns(tbl, state.key_column, state.new_column) cc
+              ORDER BY 2 DESC, 1 LOOP
+        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', x.top);
+    END LOOP;
+    FOR x IN SELECT t.tgname, t.tgrelid::regclass AS rel FROM pg_trigger t
+              WHERE t.tgfoid IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure,
+                                 '_pg_shard_id.conversion_note_deleted()'::regprocedure)
+                AND t.tgparentid = 0
+                AND t.tgrelid IN (SELECT cc.top FROM _pg_shard_id.conversion_columns(tbl, state.key_column, state.new_column) cc) LOOP
+        EXECUTE format('DROP TRIGGER %I ON %s', x.tgname, x.rel);
+    END LOOP;
+    FOR x IN SELECT DISTINCT cc.top, cc.new_column FROM _pg_shard_id.conversion_columns(tbl, state.key_column, state.new_column) cc
+              WHERE cc.rel = cc.top AND cc.new_attnum IS NOT NULL LOOP
+        EXECUTE format('ALTER TABLE %s DROP COLUMN %I', x.top, x.new_column);
+    END LOOP;
+    DELETE FROM _pg_shard_id.conversion_deleted d WHERE d.relid = tbl;
+    DELETE FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    RAISE NOTICE 'pg_shard_id: the conversion of % is abandoned; the table is as it was before the prepare', tbl;
+EXCEPTION WHEN lock_not_available THEN
+    RAISE EXCEPTION 'pg_shard_id: abandoning the conversion of % waited 10 s for a lock: %', tbl, SQLERRM
+        USING ERRCODE = '55P03',
+              HINT = 'A transaction holds a lock on the table (pg_locks and pg_stat_activity show it); nothing was changed. End it, then call again.';
+END $$;
+
 -- The CREATE INDEX CONCURRENTLY statements a prepared conversion still needs (none: ready): the
 -- twin of each index on a moved column (the primary key's among them), on the new column, and a
 -- lookup index on each new referencing column. Run them in psql with \gexec. An index a build
@@ -1400,6 +1583,21 @@ BEGIN
     RETURN _pg_shard_id.run_firing(statement, from_block, to_block, caller_path);
 END $$;
 
+-- Rows per heap block of rel, counted in its first 8 blocks (a TID range scan): for a table the
+-- statistics know nothing of.
+CREATE FUNCTION _pg_shard_id.rows_per_block(rel regclass) RETURNS double precision
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    n bigint;
+    blocks bigint := least(8, pg_relation_size(rel) / current_setting('block_size')::bigint);
+BEGIN
+    IF blocks = 0 THEN
+        RETURN 1;
+    END IF;
+    EXECUTE format('SELECT count(*) FROM %s WHERE ctid < %L::tid', rel, format('(%s,0)', blocks)) INTO n;
+    RETURN greatest(1.0, n::double precision / blocks);
+END $$;
+
 -- One transaction of shard_id_convert: one batch (a range of heap blocks of the current unit),
 -- or, when every unit is done, the sweep. Returns whether there is more to do.
 CREATE FUNCTION _pg_shard_id.convert_step(tbl regclass, batch_rows integer, caller_path text) RETURNS boolean
@@ -1460,7 +1658,10 @@ BEGIN
         RETURN true;
     END IF;
     -- blocks for about batch_rows rows, by the rows per block the statistics say
-    step := greatest(1, (batch_rows / greatest(1, (SELECT reltuples / nullif(relpages, 0) FROM pg_class WHERE oid = u.rel)))::bigint);
+    -- (a table never analyzed has reltuples -1: the rows of its first 8 blocks are counted instead)
+    step := greatest(1, (batch_rows / greatest(1, coalesce(
+                (SELECT reltuples / nullif(relpages, 0) FROM pg_class WHERE oid = u.rel AND reltuples >= 0),
+                _pg_shard_id.rows_per_block(u.rel))))::bigint);
     done := _pg_shard_id.run(tbl, u.statement, state.next_block, state.next_block + step, caller_path);
     UPDATE _pg_shard_id.conversions c
        SET next_block = state.next_block + step, rows_done = rows_done + done, updated_at = clock_timestamp(),
@@ -1535,7 +1736,7 @@ BEGIN
             EXECUTE step.statement;
             RETURN true;
         END IF;
-        PERFORM _pg_shard_id.swap(tbl);
+        PERFORM _pg_shard_id.swap(tbl, caller_path);
         RETURN true;
     END IF;
     -- swapped: the foreign keys are checked now, while inserts and updates go on (and again by
@@ -1548,7 +1749,11 @@ BEGIN
     RAISE NOTICE 'pg_shard_id: %.% holds the time-ordered ids; the old key is in %', tbl, state.key_column,
         _pg_shard_id.derived_name(state.key_column, '_before_shard_id');
     RETURN false;
-EXCEPTION WHEN lock_not_available THEN
+EXCEPTION WHEN deadlock_detected THEN
+    RAISE EXCEPTION 'pg_shard_id: the finish of % was chosen to end a deadlock: %', tbl, SQLERRM
+        USING ERRCODE = '40P01',
+              HINT = format('A transaction took the tables'' locks in another order; nothing of this step was done, and it ended so that the other one could go on. CALL shard_id_convert_finish(%L) again: it goes on from its last step.', tbl::text);
+WHEN lock_not_available THEN
     -- a step waits at most 10 s for its lock (behind it, every writer of the table would wait
     -- too), then gives up, having done nothing
     RAISE EXCEPTION 'pg_shard_id: the finish of % waited 10 s for a lock: %', tbl, SQLERRM
@@ -1570,11 +1775,13 @@ $$;
 -- The swap: one transaction, ACCESS EXCLUSIVE on the table and each referencing table
 -- (lock_timeout 10 s), then the inventory read again under the locks (an object made since the
 -- prepare is carried too, or refused), every twin checked, and its swap steps run in order.
-CREATE FUNCTION _pg_shard_id.swap(tbl regclass) RETURNS void
+CREATE FUNCTION _pg_shard_id.swap(tbl regclass, caller_path text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
 DECLARE
     plan _pg_shard_id.conversion_step[];
     step _pg_shard_id.conversion_step;
+    state _pg_shard_id.conversions;
+    sweep record;
 BEGIN
     step := (SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'swap' AND i.action = 'lock');
     EXECUTE step.statement;
@@ -1589,6 +1796,15 @@ BEGIN
                   HINT = format('An index made since the prepare needs its twin: SELECT * FROM shard_id_convert_indexes(%L) \gexec, then CALL shard_id_convert_finish(%L) again.',
                                 tbl::text, tbl::text);
     END IF;
+    -- referencing rows written since the last sweep whose referenced row was not known to their
+    -- writer (-1), or was deleted and inserted again: under the locks, through the new columns'
+    -- indexes, so that no reference is left behind by the swap (issue 55)
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    FOR sweep IN SELECT f.statement FROM _pg_shard_id.fill_statements(tbl, state.key_column, state.new_column,
+                                                                       state.time_column, state.seq, state.shard) f
+                  WHERE f.unit IS NULL AND f.kind = 'child' LOOP
+        PERFORM _pg_shard_id.run(tbl, sweep.statement, NULL, NULL, caller_path);
+    END LOOP;
     FOREACH step IN ARRAY plan LOOP
         IF step.phase = 'swap' AND step.statement IS NOT NULL THEN
             EXECUTE step.statement;
@@ -1645,4 +1861,7 @@ COMMENT ON FUNCTION _pg_shard_id.convert_step(regclass, integer, text) IS 'One t
 COMMENT ON FUNCTION _pg_shard_id.convert_arguments(regclass, integer) IS 'shard_id_convert''s arguments checked (22004, 22023).';
 COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction of shard_id_convert_finish: a check before the swap, the swap, or a foreign key validated; whether there is more to do.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
-COMMENT ON FUNCTION _pg_shard_id.swap(regclass) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
+COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
+COMMENT ON PROCEDURE shard_id_convert_abandon(regclass) IS 'Abandons a conversion before its swap: drops its triggers and new columns (with their twin indexes and CHECKs) and its progress row; the table is as it was before the prepare.';
+COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap block, counted in the first 8 blocks: the batch size of a table never analyzed.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE trigger of a table being converted: records the deleted rows'' new ids, so that rows referencing one inserted again with its old key follow it.';

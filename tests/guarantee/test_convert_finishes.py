@@ -1,0 +1,146 @@
+"""The conversion finishes whatever its prepare accepts (issue 55): the shapes whose finish could
+not complete on cec376e are refused by the plan and the prepare before anything changes, naming
+the object and the way out; a prepared conversion can be abandoned, leaving the table as it was;
+a table never analyzed gets batches of about the size asked.
+
+Each test fails on cec376e (the prepare accepted and changed the table, or no abandon existed, or
+a batch converted every row at once). Run by tests/guarantee/run.sh."""
+
+import psycopg
+import pytest
+
+from test_convert_schema import base_schema, convert, one, prepare
+
+
+def columns(conn, table):
+    return [r[0] for r in conn.execute(
+        "SELECT attname FROM pg_attribute WHERE attrelid = %s::regclass AND attnum > 0 AND NOT attisdropped ORDER BY attnum",
+        (table,)).fetchall()]
+
+
+def refused_before_anything_changed(conn, kind, word, tables=("purchases", "purchase_lines")):
+    before = {t: columns(conn, t) for t in tables}
+    plan = conn.execute("SELECT object, statement, detail FROM shard_id_convert_plan('purchases', 'created_at', "
+                        "'purchases_shard_id_seq', 5) WHERE kind = %s AND action = 'refuse'", (kind,)).fetchall()
+    assert plan, f"the plan does not refuse {kind}"
+    assert any(word in (o or "") + (n or "") for o, _, n in plan), plan
+    with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+        prepare(conn)
+    assert word in str(refused.value) + (refused.value.diag.message_detail or "")
+    assert {t: columns(conn, t) for t in tables} == before, "the prepare changed a table"
+    assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 0
+
+
+def test_a_partitioned_referencing_table_is_refused_before_postgresql_18(cluster, db):
+    with cluster.connect(db) as conn:
+        if one(conn, "SELECT current_setting('server_version_num')::int") >= 180000:
+            pytest.skip("PostgreSQL 18 makes NOT VALID foreign keys on partitioned tables")
+        base_schema(conn)
+        conn.execute("CREATE TABLE events (id bigint, purchase_id bigint REFERENCES purchases, at date NOT NULL) "
+                     "PARTITION BY RANGE (at)")
+        conn.execute("CREATE TABLE events_1 PARTITION OF events FOR VALUES FROM ('2026-01-01') TO ('2027-01-01')")
+        refused_before_anything_changed(conn, "partitioned referencing table", "events", ("purchases", "events"))
+
+
+def test_a_table_without_an_index_led_by_the_key_is_refused(cluster, db):
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE ev (region int, id bigint, created_at timestamptz NOT NULL, PRIMARY KEY (region, id)) "
+                     "PARTITION BY LIST (region)")
+        conn.execute("CREATE TABLE ev_1 PARTITION OF ev FOR VALUES IN (1)")
+        conn.execute("INSERT INTO ev SELECT 1, g, now() - interval '1 day' FROM generate_series(1, 100) g")
+        conn.execute("CREATE SEQUENCE ev_seq")
+        plan = conn.execute("SELECT statement FROM shard_id_convert_plan('ev', 'created_at', 'ev_seq', 5) "
+                            "WHERE kind = 'no index on the key'").fetchall()
+        assert plan and "CREATE INDEX ON public.ev (id)" in plan[0][0].replace('"', ''), plan
+        with pytest.raises(psycopg.errors.FeatureNotSupported):
+            conn.execute("CALL shard_id_convert_prepare('ev', 'created_at', 'ev_seq', 5)")
+        assert "shard_id" not in columns(conn, "ev")
+        # the way out the plan gives: then it converts
+        conn.execute("CREATE INDEX ON ev (id)")
+        conn.execute("CALL shard_id_convert_prepare('ev', 'created_at', 'ev_seq', 5)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('ev')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('ev', 50)")
+        conn.execute("CALL shard_id_convert_finish('ev')")
+        assert one(conn, "SELECT count(*) FROM ev WHERE shard_id_extract_shard(id) = 5") == 100
+
+
+def test_a_check_the_new_ids_cannot_satisfy_is_refused(cluster, db):
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("ALTER TABLE purchases ADD CONSTRAINT small_ids CHECK (id < 100000)")
+        refused_before_anything_changed(conn, "check constraint on the key", "small_ids")
+        # a CHECK new ids satisfy is carried as before
+        conn.execute("ALTER TABLE purchases DROP CONSTRAINT small_ids, ADD CONSTRAINT positive CHECK (id > 0)")
+        assert one(conn, "SELECT count(*) FROM shard_id_convert_plan('purchases', 'created_at', "
+                         "'purchases_shard_id_seq', 5) WHERE action = 'refuse'") == 0
+
+
+def test_a_not_valid_check_is_refused(cluster, db):
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("UPDATE purchases SET item = '' WHERE id = 7")
+        conn.execute("ALTER TABLE purchases ADD CONSTRAINT item_set CHECK (item <> '') NOT VALID")
+        refused_before_anything_changed(conn, "check constraint not valid", "item_set")
+
+
+def test_a_view_that_depends_on_the_primary_key_is_refused(cluster, db):
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("CREATE VIEW per_purchase AS SELECT p.id, p.item, count(l.*) AS lines "
+                     "FROM purchases p LEFT JOIN purchase_lines l ON l.purchase_id = p.id GROUP BY p.id")
+        refused_before_anything_changed(conn, "depends on the key's constraint", "per_purchase")
+
+
+def test_abandoning_a_prepared_conversion_leaves_the_table_as_it_was(cluster, db):
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        def shape():
+            return (columns(conn, "purchases"), columns(conn, "purchase_lines"),
+                    conn.execute("SELECT tgrelid::regclass::text, tgname FROM pg_trigger WHERE NOT tgisinternal ORDER BY 1, 2").fetchall(),
+                    conn.execute("SELECT conrelid::regclass::text, conname FROM pg_constraint WHERE conrelid IN "
+                                 "('purchases'::regclass, 'purchase_lines'::regclass) ORDER BY 1, 2").fetchall(),
+                    conn.execute("SELECT indexrelid::regclass::text FROM pg_index WHERE indrelid IN "
+                                 "('purchases'::regclass, 'purchase_lines'::regclass) ORDER BY 1").fetchall(),
+                    conn.execute("SELECT sum(id), count(*) FROM purchases").fetchone())
+        before = shape()
+        # prepared, indexes built, half the batches, the finish's CHECKs added
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        conn.execute("SELECT _pg_shard_id.finish_step('purchases', 'public')")
+        assert shape() != before
+        conn.execute("CALL shard_id_convert_abandon('purchases')")
+        assert shape() == before
+        assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 0
+        # inserts work as before, and it can be converted from scratch
+        conn.execute("INSERT INTO purchases (created_at, item) VALUES (now(), 'after')")
+        convert(conn)
+        assert one(conn, "SELECT count(*) FROM purchases WHERE shard_id_extract_shard(id) = 5") == one(
+            conn, "SELECT count(*) FROM purchases")
+        # after the swap: refused, nothing changed
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+            conn.execute("CALL shard_id_convert_abandon('purchases')")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState):
+            conn.execute("CALL shard_id_convert_abandon('purchase_lines')")
+
+
+def test_a_table_without_statistics_gets_batches_of_the_size_asked(cluster, db):
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE big (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL) "
+                     "WITH (autovacuum_enabled = off)")
+        conn.execute("INSERT INTO big (created_at) SELECT now() - interval '1 day' + g * interval '1 ms' "
+                     "FROM generate_series(1, 50000) g")
+        assert one(conn, "SELECT reltuples FROM pg_class WHERE oid = 'big'::regclass") < 0
+        conn.execute("CREATE SEQUENCE big_seq")
+        conn.execute("CALL shard_id_convert_prepare('big', 'created_at', 'big_seq', 1)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('big')").fetchall():
+            conn.execute(statement)
+        # (building an index records the row count; a table that was never analyzed nor indexed
+        # since it filled has none, which the catalog says with -1)
+        conn.execute("UPDATE pg_class SET reltuples = -1, relpages = 0 WHERE oid = 'big'::regclass")
+        conn.execute("SELECT _pg_shard_id.convert_step('big', 1000, 'public')")  # prepared -> filling
+        conn.execute("SELECT _pg_shard_id.convert_step('big', 1000, 'public')")  # the first batch
+        done = one(conn, "SELECT rows_done FROM _pg_shard_id.conversions WHERE relid = 'big'::regclass")
+        assert 500 <= done <= 2000, f"a batch of 1,000 rows converted {done}"
