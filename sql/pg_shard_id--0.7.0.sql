@@ -393,6 +393,7 @@ DECLARE
     col smallint;
     part text;
     option smallint;
+    opclass_options text;
 BEGIN
     SELECT * INTO i FROM pg_index WHERE indexrelid = idx;
     SELECT * INTO c FROM pg_class WHERE oid = idx;
@@ -422,9 +423,14 @@ BEGIN
             part := part || ' COLLATE ' || (SELECT format('%I.%I', n.nspname, o.collname) FROM pg_collation o
                                               JOIN pg_namespace n ON n.oid = o.collnamespace WHERE o.oid = i.indcollation[k]);
         END IF;
-        IF NOT (SELECT o.opcdefault FROM pg_opclass o WHERE o.oid = i.indclass[k]) THEN
+        -- (an operator class's parameters, gist_trgm_ops (siglen = 64), are in the index's own
+        -- column's attoptions: the class is then named even when it is the default)
+        opclass_options := (SELECT string_agg(format('%s = %L', split_part(o, '=', 1), substr(o, strpos(o, '=') + 1)), ', ')
+                              FROM pg_attribute a, unnest(a.attoptions) o WHERE a.attrelid = idx AND a.attnum = k + 1);
+        IF NOT (SELECT o.opcdefault FROM pg_opclass o WHERE o.oid = i.indclass[k]) OR opclass_options IS NOT NULL THEN
             part := part || ' ' || (SELECT format('%I.%I', n.nspname, o.opcname) FROM pg_opclass o
-                                      JOIN pg_namespace n ON n.oid = o.opcnamespace WHERE o.oid = i.indclass[k]);
+                                      JOIN pg_namespace n ON n.oid = o.opcnamespace WHERE o.oid = i.indclass[k])
+                         || coalesce(' (' || opclass_options || ')', '');
         END IF;
         option := i.indoption[k];
         IF option & 1 = 1 THEN
@@ -910,8 +916,18 @@ BEGIN
                                                          ELSE regexp_replace(pg_get_triggerdef(r.oid), '^CREATE TRIGGER', 'CREATE OR REPLACE TRIGGER') || ';' END
                                                     || CASE WHEN r.tgenabled <> 'O' THEN format(' ALTER TABLE %s %s TRIGGER %I;', r.tgrelid::regclass,
                                                                 CASE r.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'A' THEN 'ENABLE ALWAYS' ELSE 'ENABLE REPLICA' END, r.tgname)
-                                                            ELSE '' END,
-                                                    'its definition (UPDATE OF columns, WHEN), read under the swap''s locks; enabled as it was', finished);
+                                                            ELSE '' END
+                                                    -- (a partitioned table's trigger: each partition's clone set back to its own state,
+                                                    -- which the statements above overwrote)
+                                                    || coalesce((WITH RECURSIVE clones AS (
+                                                                     SELECT ct.oid, ct.tgrelid, ct.tgname, ct.tgenabled, 1 AS depth FROM pg_trigger ct WHERE ct.tgparentid = r.oid
+                                                                     UNION ALL
+                                                                     SELECT ct.oid, ct.tgrelid, ct.tgname, ct.tgenabled, cl.depth + 1 FROM pg_trigger ct JOIN clones cl ON ct.tgparentid = cl.oid)
+                                                                 SELECT string_agg(format(' ALTER TABLE %s %s TRIGGER %I;', cl.tgrelid::regclass,
+                                                                                          CASE cl.tgenabled WHEN 'D' THEN 'DISABLE' WHEN 'A' THEN 'ENABLE ALWAYS'
+                                                                                                            WHEN 'R' THEN 'ENABLE REPLICA' ELSE 'ENABLE' END, cl.tgname), '' ORDER BY cl.depth, cl.tgrelid::oid)
+                                                                   FROM clones cl), ''),
+                                                    'its definition (UPDATE OF columns, WHEN), read under the swap''s locks; enabled as it was, on each partition too', finished);
             END IF;
         ELSIF d.classid = 'pg_policy'::regclass THEN
             SELECT p.*, k.relowner INTO r FROM pg_policy p JOIN pg_class k ON k.oid = p.polrelid WHERE p.oid = d.objid;
@@ -956,11 +972,14 @@ BEGIN
                                                     'its column list and row filter, read under the swap''s locks', finished);
             END IF;
         ELSIF d.classid = 'pg_proc'::regclass AND (SELECT prosqlbody IS NOT NULL FROM pg_proc WHERE oid = d.objid) THEN
-            SELECT p.proowner INTO r FROM pg_proc p WHERE p.oid = d.objid;
-            IF NOT pg_has_role(r.proowner, 'USAGE') OR d.old_type <> 'bigint' THEN
+            SELECT p.proowner, p.proleakproof INTO r FROM pg_proc p WHERE p.oid = d.objid;
+            IF NOT pg_has_role(r.proowner, 'USAGE') OR d.old_type <> 'bigint'
+               OR (r.proleakproof AND NOT (SELECT rolsuper FROM pg_roles WHERE rolname = current_user)) THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'function', d.what, 'refuse', NULL, NULL,
                                                     CASE WHEN d.old_type <> 'bigint'
                                                          THEN format('%s.%I is %s and its new column bigint: the types in the function may change; drop it, convert, create it again', d.rel, d.old_column, d.old_type)
+                                                         WHEN r.proleakproof
+                                                         THEN 'LEAKPROOF: only a superuser may create it again at the swap; a superuser converts, or drop it, convert, create it again'
                                                          ELSE format('owned by %s, whom the caller cannot act as', r.proowner::regrole) END, false);
             ELSE
                 steps := steps || _pg_shard_id.step(670, 'swap', 'function', d.what, 'carry', NULL, pg_get_functiondef(d.objid),
@@ -1087,6 +1106,14 @@ BEGIN
             steps := steps || _pg_shard_id.step(640, 'swap', kind, what, 'carry', NULL,
                                                 format('ALTER TABLE %s CLUSTER ON %I', r.rel, coalesce(r.conname, r.relname)),
                                                 'the table''s CLUSTER mark', finished);
+        END IF;
+        IF r.relkind = 'i' THEN
+            FOR x IN SELECT a.attnum, a.attstattarget FROM pg_attribute a
+                      WHERE a.attrelid = r.idx AND a.attnum > 0 AND coalesce(a.attstattarget::int, -1) >= 0 ORDER BY a.attnum LOOP
+                steps := steps || _pg_shard_id.step(640, 'swap', kind, what, 'carry', NULL,
+                                                    format('ALTER INDEX %I.%I ALTER COLUMN %s SET STATISTICS %s', r.nspname, coalesce(r.conname, r.relname), x.attnum, x.attstattarget),
+                                                    'an expression column''s statistics target', finished);
+            END LOOP;
         END IF;
     END LOOP;
 

@@ -144,3 +144,67 @@ def test_a_table_without_statistics_gets_batches_of_the_size_asked(cluster, db):
         conn.execute("SELECT _pg_shard_id.convert_step('big', 1000, 'public')")  # the first batch
         done = one(conn, "SELECT rows_done FROM _pg_shard_id.conversions WHERE relid = 'big'::regclass")
         assert 500 <= done <= 2000, f"a batch of 1,000 rows converted {done}"
+
+
+def test_a_trigger_disabled_on_one_partition_stays_disabled_there(cluster, db):
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE ev (id bigserial, region int NOT NULL, created_at timestamptz NOT NULL, PRIMARY KEY (id, region)) "
+                     "PARTITION BY LIST (region)")
+        conn.execute("CREATE TABLE ev_1 PARTITION OF ev FOR VALUES IN (1)")
+        conn.execute("CREATE TABLE ev_2 PARTITION OF ev FOR VALUES IN (2)")
+        conn.execute("CREATE INDEX ON ev (id)")
+        conn.execute("INSERT INTO ev (region, created_at) SELECT 1 + g % 2, now() - interval '1 day' FROM generate_series(1, 200) g")
+        conn.execute("CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$BEGIN RETURN NEW; END$$")
+        conn.execute("CREATE TRIGGER keyed BEFORE UPDATE OF id ON ev FOR EACH ROW EXECUTE FUNCTION touch()")
+        conn.execute("ALTER TABLE ev_2 DISABLE TRIGGER keyed")
+        conn.execute("CREATE SEQUENCE ev_seq")
+
+        def states():
+            return conn.execute("SELECT tgrelid::regclass::text, tgenabled FROM pg_trigger WHERE tgname = 'keyed' ORDER BY 1").fetchall()
+        before = states()
+        assert ("ev_2", "D") in before
+        conn.execute("CALL shard_id_convert_prepare('ev', 'created_at', 'ev_seq', 5)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('ev')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('ev', 100)")
+        conn.execute("CALL shard_id_convert_finish('ev')")
+        assert states() == before
+
+
+def test_an_index_keeps_its_operator_class_parameters_and_statistics_target(cluster, db):
+    with cluster.connect(db) as conn:
+        if not one(conn, "SELECT count(*) FROM pg_available_extensions WHERE name = 'pg_trgm'"):
+            pytest.skip("pg_trgm is not installed with this server")
+        conn.execute("CREATE EXTENSION pg_trgm")
+        base_schema(conn)
+        conn.execute("CREATE INDEX purchases_id_text ON purchases USING gist ((id::text) gist_trgm_ops (siglen = 64))")
+        conn.execute("ALTER INDEX purchases_id_text ALTER COLUMN 1 SET STATISTICS 700")
+
+        def props():
+            return (one(conn, "SELECT pg_get_indexdef('purchases_id_text'::regclass)").replace("id_before_shard_id", "id"),
+                    one(conn, "SELECT attstattarget::int FROM pg_attribute WHERE attrelid = 'purchases_id_text'::regclass AND attnum = 1"))
+        before = props()
+        assert "siglen" in before[0] and before[1] == 700
+        convert(conn)
+        assert props() == before
+
+
+def test_a_leakproof_function_is_refused_to_a_caller_who_is_not_a_superuser(cluster, db):
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        owner = f"{db}_owner"[-60:]
+        conn.execute(f'DROP ROLE IF EXISTS "{owner}"')
+        conn.execute(f'CREATE ROLE "{owner}"')
+        conn.execute(f'ALTER TABLE purchases OWNER TO "{owner}"')
+        conn.execute(f'ALTER TABLE purchase_lines OWNER TO "{owner}"')
+        conn.execute(f'ALTER SEQUENCE purchases_shard_id_seq OWNER TO "{owner}"')
+        conn.execute("CREATE FUNCTION newest() RETURNS bigint LANGUAGE sql STABLE LEAKPROOF BEGIN ATOMIC SELECT max(id) FROM purchases; END")
+        conn.execute(f'ALTER FUNCTION newest() OWNER TO "{owner}"')
+        conn.execute(f'SET ROLE "{owner}"')
+        refused = conn.execute("SELECT detail FROM shard_id_convert_plan('purchases', 'created_at', 'purchases_shard_id_seq', 5) "
+                               "WHERE kind = 'function' AND action = 'refuse'").fetchall()
+        conn.execute("RESET ROLE")
+        assert refused and "LEAKPROOF" in refused[0][0]
+        # a superuser carries it
+        assert one(conn, "SELECT count(*) FROM shard_id_convert_plan('purchases', 'created_at', 'purchases_shard_id_seq', 5) "
+                         "WHERE kind = 'function' AND action = 'refuse'") == 0
