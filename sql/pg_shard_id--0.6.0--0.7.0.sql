@@ -390,6 +390,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     ('check constraint not valid', 'pg_constraint.convalidated', 'refuse', 'every batch UPDATE checks a NOT VALID CHECK: validate it (or drop it) first'),
     ('check constraint on the key', 'pg_constraint.conbin', 'refuse', 'a CHECK on the key alone that a new id does not satisfy (id < 2^31): drop or change it first'),
     ('depends on the key''s constraint', 'pg_depend: pg_constraint', 'refuse', 'a view that groups by the key depends on its primary key, which the swap drops: drop it, convert, create it again'),
+    ('old-style ids', 'pg_constraint', 'build', 'a CHECK that the key is at least the smallest converted id, added NOT VALID at the swap and validated after it: an application still writing the old sequence''s values into the key is refused (23514) instead of mixing them in'),
     ('unknown', 'pg_depend', 'refuse', 'an object no rule here knows: refused, by name')
 $$;
 
@@ -527,7 +528,9 @@ DECLARE
     what text;
     kind text;
     trigger_name name;
-    validate_after text[] := '{}';  -- (table, name) of each foreign key validated after the swap
+    validate_after text[] := '{}';  -- (table, name) of each foreign key (and the floor CHECK) validated after the swap
+    floor_check name;
+    floor_id bigint;
     analyzed boolean;
 BEGIN
     fire_triggers := coalesce(fire_triggers, false);
@@ -1202,12 +1205,35 @@ BEGIN
                                             finished AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = c.rel AND conname = c.conname AND contype = 'f'
                                                                     AND confrelid = tbl AND convalidated));
     END LOOP;
+    -- ids the old way after the swap (an application that still takes them from the old sequence
+    -- and writes them into the key): refused by a CHECK that every id is at least the smallest one
+    -- the conversion stored (issue 55). NOT VALID at the swap, validated after it: true of every
+    -- row by then, converted or new. Its value is read under the swap's locks, through the new
+    -- column's unique index; a backfill of rows older than the oldest converted one needs it
+    -- dropped (docs/adopting.md#old-style-ids).
+    floor_check := _pg_shard_id.derived_name(key_column, '_shard_id_floor');
+    IF prepared AND NOT finished AND EXISTS (SELECT FROM _pg_shard_id.conversions s WHERE s.relid = tbl AND s.phase = 'filled') THEN
+        -- (every row has its new id, and the new column its unique index: one index read)
+        EXECUTE format('SELECT least(min(%I), @extschema@.shard_id_lower_bound(pg_catalog.now())) FROM %s', new_column, tbl) INTO floor_id;
+        steps := steps || _pg_shard_id.step(685, 'swap', 'old-style ids', format('column %s.%I', tbl, key_column), 'build', NULL,
+                                            format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I OPERATOR(pg_catalog.>=) %s) NOT VALID', tbl, floor_check, key_column, floor_id),
+                                            'ids below the smallest converted one (an old sequence''s values written into the key) are refused from the swap on', false);
+    ELSIF NOT finished THEN
+        steps := steps || _pg_shard_id.step(685, 'swap', 'old-style ids', format('column %s.%I', tbl, key_column), 'build', NULL,
+                                            format('-- at the swap: ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I >= the smallest converted id) NOT VALID', tbl, floor_check, key_column),
+                                            'ids below the smallest converted one (an old sequence''s values written into the key) are refused from the swap on', false);
+    END IF;
+    validate_after := validate_after || format('(%L::pg_catalog.regclass::pg_catalog.oid, %L::pg_catalog.name)', tbl::text, floor_check);
+    steps := steps || _pg_shard_id.step(700, 'after the swap', 'old-style ids', format('column %s.%I', tbl, key_column), 'check',
+                                        format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', tbl),
+                                        format('ALTER TABLE %s VALIDATE CONSTRAINT %I', tbl, floor_check), 'every row',
+                                        finished AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = tbl AND conname = floor_check AND convalidated));
     steps := steps || _pg_shard_id.step(690, 'swap', 'old key column', format('table %s', tbl), 'record', NULL,
                                         format('UPDATE _pg_shard_id.conversions SET phase = %L, updated_at = pg_catalog.clock_timestamp()%s WHERE relid = %L::pg_catalog.regclass',
                                                'finished',
                                                CASE WHEN cardinality(validate_after) > 0
-                                                    THEN format(', validate_after = ARRAY(SELECT k.oid FROM pg_catalog.pg_constraint k WHERE k.contype = %L AND k.conparentid = 0 '
-                                                                'AND (k.conrelid, k.conname) IN (%s))', 'f', array_to_string(validate_after, ', '))
+                                                    THEN format(', validate_after = ARRAY(SELECT k.oid FROM pg_catalog.pg_constraint k WHERE k.contype IN (%L, %L) AND k.conparentid = 0 '
+                                                                'AND (k.conrelid, k.conname) IN (%s))', 'f', 'c', array_to_string(validate_after, ', '))
                                                     ELSE '' END,
                                                tbl::text),
                                         NULL, finished);
@@ -1339,7 +1365,11 @@ GRANT SELECT, DELETE ON _pg_shard_id.conversion_deleted TO PUBLIC;
 
 -- The AFTER DELETE trigger of a table being converted: records the deleted row's new id. SECURITY
 -- DEFINER, so that any role that may delete rows records them; it records only rows of the table
--- it fires on, and only while that table has a conversion that is not finished.
+-- named by its argument or its partitions, and only while that table has a conversion that is not
+-- finished. (EXECUTE stays with PUBLIC: CREATE TRIGGER needs it, by the converting owner. A role
+-- that attaches it to a table of its own in such a tree records ids that only make the repair
+-- look at rows it sets to the value it would set anyway: the new id of the row their old key
+-- names.)
 CREATE FUNCTION _pg_shard_id.conversion_note_deleted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1353,7 +1383,6 @@ BEGIN
     END IF;
     RETURN NULL;
 END $$;
-REVOKE EXECUTE ON FUNCTION _pg_shard_id.conversion_note_deleted() FROM PUBLIC;
 
 -- The user's triggers and rules that the batches' UPDATEs would fire: on each relation the
 -- batches write, enabled, for UPDATE (an UPDATE OF trigger only when it lists the new column, the

@@ -208,3 +208,19 @@ def test_a_leakproof_function_is_refused_to_a_caller_who_is_not_a_superuser(clus
         # a superuser carries it
         assert one(conn, "SELECT count(*) FROM shard_id_convert_plan('purchases', 'created_at', 'purchases_shard_id_seq', 5) "
                          "WHERE kind = 'function' AND action = 'refuse'") == 0
+
+
+def test_old_style_ids_written_after_the_swap_are_refused(cluster, db):
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        convert(conn)
+        # what JPA's SEQUENCE generator or a script does: the old sequence's next value, into the key
+        with pytest.raises(psycopg.errors.CheckViolation) as refused:
+            conn.execute("INSERT INTO purchases (id, created_at, item) VALUES (nextval('purchases_id_seq'), now(), 'old style')")
+        assert "id_shard_id_floor" in str(refused.value)
+        assert one(conn, "SELECT convalidated FROM pg_constraint WHERE conname = 'id_shard_id_floor'")
+        # the DEFAULT, next_shard_id_at and the rows converted are all above it
+        conn.execute("INSERT INTO purchases (created_at, item) VALUES (now(), 'new style')")
+        conn.execute("INSERT INTO purchases (id, created_at, item) "
+                     "SELECT next_shard_id_at('purchases_shard_id_seq', 5, now() - interval '1 minute'), now(), 'backfilled'")
+        assert one(conn, "SELECT count(*) FROM purchases WHERE item = 'old style'") == 0
