@@ -2,14 +2,15 @@
 //! pgrx's guard, told apart by type.
 //!
 //! One id, in order:
-//! 1. [`fast`] publishes the transaction's draw if it has not yet (`crate::open_draws`), makes a
-//!    [`Request`] and, if the table is ready ([`ready_table`]), asks the guard
+//! 1. [`fast`] makes a [`Request`] and, if the table is ready (among other things: this
+//!    transaction published its draws of the sequence, `crate::open_draws`) ([`ready_table`]), asks the guard
 //!    ([`Request::ask_guard`]). A plain decision to issue at a millisecond the lease covers is
 //!    the answer: `Ok(ms)`. Plain Rust, no call into PostgreSQL, no ERROR.
 //! 2. Anything else comes back as `Err(`[`Slow`]`)`, carrying the request and the guard's
 //!    decision if one was taken. The caller must finish it with [`Slow::finish`] inside pgrx's
 //!    guard (`crate::errors::Boundary` says where that is): it makes the session table if need
-//!    be, checks the database's origin, asks the guard if it was not asked, and
+//!    be, checks the database's origin, publishes the transaction's draws of the sequence (before
+//!    the guard decides), asks the guard if it was not asked, and
 //!    [`Request::carry_out`]s the decision: raise its error, wait and ask again, read a fresh
 //!    guard's data floor (`crate::data_floor`) and ask again, warn of a clock step, extend the
 //!    lease.
@@ -42,10 +43,7 @@ pub struct Request<C> {
 /// outside pgrx's guard. Everything else is [`Slow`].
 #[inline]
 pub fn fast<C: Fn() -> i64>(request: Request<C>) -> Result<i64, Slow<C>> {
-    // before the guard decides: next_shard_id_at waits for this transaction while its ids may be
-    // in no index yet (`crate::open_draws`)
-    open_draws::note(request.key, &request.clock);
-    let Some(table) = ready_table() else {
+    let Some(table) = ready_table(request.key) else {
         return Err(Slow {
             request,
             decided: None,
@@ -71,11 +69,13 @@ fn covered(table: &SlotTable, ms: i64, epoch_unix_ms: i64) -> bool {
     !shmem::is_cluster() || table.lease().load(Ordering::Acquire) >= ms + epoch_unix_ms
 }
 
-/// The table, when it exists, this backend checked its database's origin, and ids are not
+/// The table, when it exists, this transaction published its draws of sequence `key` (so this
+/// backend checked its database's origin before: [`Slow::finish`] does both), and ids are not
 /// refused; `None` sends the caller to the slow path. Never calls into PostgreSQL.
 #[inline]
-fn ready_table() -> Option<SlotTable> {
-    if !origin::checked() {
+fn ready_table(key: SlotKey) -> Option<SlotTable> {
+    // (one comparison for both: a transaction's first id of a sequence is the slow path's)
+    if !open_draws::published(key) {
         return None;
     }
     if let Some(table) = shmem::shared_table() {
@@ -113,9 +113,12 @@ impl<C: Fn() -> i64> Slow<C> {
             );
         }
         origin::check(&table, self.request.epoch_unix_ms);
-        let decision = self
-            .decided
-            .unwrap_or_else(|| self.request.ask_guard(&table));
+        let decision = self.decided.unwrap_or_else(|| {
+            // before the guard decides: next_shard_id_at waits for this transaction while its ids
+            // may be in no index yet (`crate::open_draws`)
+            open_draws::publish(self.request.key, (self.request.clock)());
+            self.request.ask_guard(&table)
+        });
         self.request.carry_out(&table, decision)
     }
 }

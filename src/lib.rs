@@ -48,6 +48,7 @@ pub extern "C-unwind" fn _PG_init() {
     if shmem::init(lease::start) {
         lease::register_wal();
         catalog_watch::register();
+        open_draws::register();
     }
 }
 

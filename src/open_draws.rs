@@ -1,22 +1,21 @@
 //! The database side of `pg_shard_id_core::open_draws`: this backend's number and transaction,
 //! the record published before the guard decides a transaction's first DEFAULT id of a sequence
-//! ([`note`], on the hot path: plain Rust), and the waits of `next_shard_id_at` ([`settle`],
-//! inside pgrx's guard).
+//! ([`publish`], on the slow path; [`published`], the fast path's check: plain Rust), and the waits
+//! of `next_shard_id_at` ([`settle`], inside pgrx's guard).
 
 use crate::shmem;
-use pg_shard_id_core::open_draws::{OpenDraw, Published};
+use pg_shard_id_core::open_draws::OpenDraw;
 use pg_shard_id_core::slots::SlotKey;
 use pgrx::prelude::*;
-use std::sync::atomic::{AtomicU32, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 
-// What this backend last published (process-local statics: a backend is one thread, and a
-// thread-local would cost a call per id).
-static PUBLISHED_TRANSACTION: AtomicU32 = AtomicU32::new(0);
-static PUBLISHED_KEY: AtomicU64 = AtomicU64::new(0);
+// The sequence this backend's transaction last published its draws of (0: none yet in this
+// transaction), reset when the transaction ends ([`register`]). A
+// process-local static: a backend is one thread, and a thread-local would cost a call per id.
+static PUBLISHED: AtomicU64 = AtomicU64::new(0);
 
 /// This backend's number, the index of its record: `MyBackendId - 1` (PostgreSQL 15, 16) or
 /// `MyProcNumber` (17, 18), below `MaxBackends` for every backend that runs SQL.
-#[inline(always)]
 fn my_backend() -> usize {
     // SAFETY: backend globals, set at connection.
     unsafe {
@@ -27,31 +26,53 @@ fn my_backend() -> usize {
     }
 }
 
-/// The DEFAULT is about to draw an id of sequence `key`: publish this transaction's record first,
-/// if it does not cover the sequence yet. Plain Rust: two comparisons on the common path, never
-/// calls into PostgreSQL, never raises an ERROR.
+/// Whether this transaction published its draws of sequence `key` last: the fast path's
+/// question (one load and one comparison; `bench/cost_gate.sh` counts them). A transaction that
+/// draws from several sequences in turn takes the slow path at each change, where [`publish`]
+/// finds its record covering them all and returns. Plain Rust: never calls into PostgreSQL.
 #[inline(always)]
-pub fn note(key: SlotKey, clock: &impl Fn() -> i64) {
-    let transaction = crate::mask::local_transaction();
-    let published = Published {
-        transaction: PUBLISHED_TRANSACTION.load(Relaxed),
-        key: PUBLISHED_KEY.load(Relaxed),
-    };
-    if !published.covers(transaction, key) {
-        publish(transaction, key, clock());
-    }
+pub fn published(key: SlotKey) -> bool {
+    PUBLISHED.load(Relaxed) == key
 }
 
-#[cold]
-#[inline(never)]
-fn publish(transaction: u32, key: SlotKey, clock_ms: i64) {
+/// The DEFAULT is about to draw an id of sequence `key` with the clock reading `clock_ms` (since
+/// the epoch): publishes this transaction's record first, before the guard decides.
+pub fn publish(key: SlotKey, clock_ms: i64) {
+    if published(key) {
+        return;
+    }
+    let transaction = crate::mask::local_transaction();
     // without shared memory (guard mode session) nothing reads records: next_shard_id_at refuses
-    let published = match shmem::open_draws() {
-        Some(draws) => draws.publish(my_backend(), transaction, key, clock_ms),
-        None => Published { transaction, key },
-    };
-    PUBLISHED_TRANSACTION.store(published.transaction, Relaxed);
-    PUBLISHED_KEY.store(published.key, Relaxed);
+    if let Some(draws) = shmem::open_draws() {
+        draws.publish(my_backend(), transaction, key, clock_ms);
+    }
+    PUBLISHED.store(key, Relaxed);
+}
+
+/// Registers the callback that forgets, at the end of each transaction, what it published (the
+/// record itself stays, naming a virtual transaction that has ended: free to read past). Called
+/// from `_PG_init` when preloaded.
+pub fn register() {
+    // SAFETY: called once per process from _PG_init; the callback lives as long as the library.
+    unsafe { pg_sys::RegisterXactCallback(Some(at_transaction_end), std::ptr::null_mut()) };
+}
+
+#[pg_guard]
+unsafe extern "C-unwind" fn at_transaction_end(
+    event: pg_sys::XactEvent::Type,
+    _arg: *mut std::ffi::c_void,
+) {
+    use pg_sys::XactEvent::*;
+    if matches!(
+        event,
+        XACT_EVENT_COMMIT
+            | XACT_EVENT_ABORT
+            | XACT_EVENT_PREPARE
+            | XACT_EVENT_PARALLEL_COMMIT
+            | XACT_EVENT_PARALLEL_ABORT
+    ) {
+        PUBLISHED.store(0, Relaxed);
+    }
 }
 
 /// The guard issued `ms`, below the clock this transaction published (the clock stepped back):

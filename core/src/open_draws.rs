@@ -22,8 +22,9 @@
 //!   A record of a transaction that already ended is stale and costs nothing: waiting for an
 //!   ended virtual transaction returns at once.
 //!
-//! The owner writes its record once per transaction and sequence; an id costs a comparison of two
-//! words ([`Published::covers`]). Plain Rust: no PostgreSQL, tested with `cargo test`.
+//! The owner writes its record once per transaction and sequence; an id costs a load and two
+//! comparisons ([`covers`]: the extension forgets what it published when a transaction ends).
+//! Plain Rust: no PostgreSQL, tested with `cargo test`.
 
 use crate::slots::SlotKey;
 use std::sync::atomic::{AtomicI64, AtomicU32, AtomicU64, Ordering::SeqCst};
@@ -81,28 +82,33 @@ impl<'a> OpenDraws<'a> {
 
     /// Backend `backend` (the only writer of its record) is about to draw DEFAULT ids of sequence
     /// `key` in its transaction `transaction`, none below `ms`. Call it before the guard decides
-    /// the first such id; returns what the backend has now published, to remember.
-    pub fn publish(&self, backend: usize, transaction: u32, key: SlotKey, ms: i64) -> Published {
+    /// the first such id; returns the key the backend's record now covers (`key`, or
+    /// [`ANY_SEQUENCE`]), to remember until the transaction ends (0: nothing, past the table).
+    pub fn publish(&self, backend: usize, transaction: u32, key: SlotKey, ms: i64) -> SlotKey {
         let Some(record) = self.records.get(backend) else {
             // (a backend number past the table: none is, MaxBackends sized it)
-            return Published::default();
+            return 0;
         };
         if record.transaction.load(SeqCst) == transaction && transaction != 0 {
+            let mine = record.key.load(SeqCst);
+            if mine == ANY_SEQUENCE && record.lowest_ms.load(SeqCst) <= ms {
+                // covered already (a transaction drawing from several sequences in turn)
+                return ANY_SEQUENCE;
+            }
             // another sequence in the same transaction: lower first, then widen the key, so that
             // a reader never sees the wider key with the higher millisecond
             let lowest = record.lowest_ms.load(SeqCst).min(ms);
             record.lowest_ms.store(lowest, SeqCst);
-            let mine = record.key.load(SeqCst);
             let key = if mine == key { key } else { ANY_SEQUENCE };
             record.key.store(key, SeqCst);
-            return Published { transaction, key };
+            return key;
         }
         // a new transaction: the millisecond and key first, the transaction last, so that a
         // reader that sees the new transaction sees its millisecond and key
         record.lowest_ms.store(ms, SeqCst);
         record.key.store(key, SeqCst);
         record.transaction.store(transaction, SeqCst);
-        Published { transaction, key }
+        key
     }
 
     /// Backend `backend`'s transaction `transaction` was given an id at `ms`, lower than the clock
@@ -142,19 +148,11 @@ impl<'a> OpenDraws<'a> {
     }
 }
 
-/// What this backend last published: the hot path's check.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Published {
-    pub transaction: u32,
-    pub key: SlotKey,
-}
-
-impl Published {
-    /// Whether a draw of sequence `key` in transaction `transaction` is published already.
-    #[inline(always)]
-    pub fn covers(&self, transaction: u32, key: SlotKey) -> bool {
-        self.transaction == transaction && (self.key == key || self.key == ANY_SEQUENCE)
-    }
+/// Whether a transaction that published `published` (0: nothing yet) covers a draw of `key`: the
+/// hot path's check.
+#[inline(always)]
+pub fn covers(published: SlotKey, key: SlotKey) -> bool {
+    published == key || published == ANY_SEQUENCE
 }
 
 #[cfg(test)]
@@ -170,16 +168,10 @@ mod tests {
         let r = records(4);
         let draws = OpenDraws::over(&r);
         let p = draws.publish(2, 7, 100, 5_000);
-        assert_eq!(
-            p,
-            Published {
-                transaction: 7,
-                key: 100
-            }
-        );
-        assert!(p.covers(7, 100));
-        assert!(!p.covers(8, 100), "another transaction publishes again");
-        assert!(!p.covers(7, 101), "another sequence publishes again");
+        assert_eq!(p, 100);
+        assert!(covers(p, 100));
+        assert!(!covers(0, 100), "a new transaction publishes again");
+        assert!(!covers(p, 101), "another sequence publishes again");
         let found = vec![OpenDraw {
             backend: 2,
             transaction: 7,
@@ -204,14 +196,14 @@ mod tests {
         let draws = OpenDraws::over(&r);
         draws.publish(1, 3, 100, 5_000);
         let p = draws.publish(1, 3, 200, 4_000);
-        assert_eq!(p.key, ANY_SEQUENCE);
-        assert!(p.covers(3, 300));
+        assert_eq!(p, ANY_SEQUENCE);
+        assert!(covers(p, 300));
         for key in [100, 200, 300] {
             assert_eq!(draws.at_or_below(key, 4_000, 0).len(), 1, "key {key}");
         }
         // the same sequence again keeps the key
         draws.publish(0, 9, 100, 10);
-        assert_eq!(draws.publish(0, 9, 100, 20).key, 100);
+        assert_eq!(draws.publish(0, 9, 100, 20), 100);
         assert_eq!(draws.at_or_below(100, 10, 1)[0].lowest_ms, 10);
     }
 
@@ -235,10 +227,7 @@ mod tests {
         assert!(draws.at_or_below(100, 999, 5).is_empty());
         draws.lower(0, 3, 500);
         assert_eq!(draws.at_or_below(100, 500, 5)[0].lowest_ms, 500);
-        assert!(
-            draws.publish(7, 1, 1, 1) == Published::default(),
-            "past the table"
-        );
+        assert_eq!(draws.publish(7, 1, 1, 1), 0, "past the table");
     }
 
     #[test]
