@@ -1,10 +1,12 @@
 """Converting a table's keys while clients insert (issue 37): a table of N orders (a year of
 history) and two referencing tables (N lines, N/10 refunds); two clients insert an order and a
 line per transaction through the DEFAULTs for the whole time; the four steps run one after the
-other. Prints, per step: its wall time, rows per second where rows are converted, and the
-clients' transactions per second and longest transaction (the longest wait for a lock that an
-inserting client saw). Run by bench/convert.sh (which installs nothing: the build installed in
-the selected PostgreSQL is measured)."""
+other. Prints, per step: its wall time, rows per second where rows are converted, the clients'
+transactions per second and longest transaction (the longest wait for a lock that an inserting
+client saw), the WAL it wrote and the three tables' size with their indexes after it (issue 55:
+the disk a conversion needs). CONVERT_ABANDON=1 abandons the conversion after the batches
+(shard_id_convert_abandon) instead of finishing it. Run by bench/convert.sh (which installs
+nothing: the build installed in the selected PostgreSQL is measured)."""
 
 import os
 import sys
@@ -16,6 +18,10 @@ from pgcluster import Cluster  # noqa: E402
 
 N = int(os.environ.get("CONVERT_ROWS", "10000000"))
 BATCH = int(os.environ.get("CONVERT_BATCH", "50000"))
+ABANDON = os.environ.get("CONVERT_ABANDON") == "1"
+SIZE = "SELECT sum(pg_total_relation_size(r)) FROM unnest(ARRAY['orders', 'lines', 'refunds']::regclass[]) r"
+LSN = "SELECT pg_current_wal_lsn()"
+WAL = "SELECT pg_wal_lsn_diff(pg_current_wal_lsn(), %s)"
 CLIENTS = 2
 
 
@@ -70,12 +76,17 @@ def main():
         steps = []
         with c.connect() as conn:
             def step(name, statements, rows=None):
+                lsn = conn.execute(LSN).fetchone()[0]
                 t0 = time.monotonic()
                 for s in statements:
                     conn.execute(s)
                 t1 = time.monotonic()
-                steps.append((name, t0, t1, rows))
-                print(f"  {name}: {t1 - t0:.1f} s", flush=True)
+                wal = conn.execute(WAL, (lsn,)).fetchone()[0]
+                size = conn.execute(SIZE).fetchone()[0]
+                steps.append((name, t0, t1, rows, wal, size))
+                print(f"  {name}: {t1 - t0:.1f} s, WAL {wal / 2**20:,.0f} MiB, tables {size / 2**20:,.0f} MiB", flush=True)
+
+            size0 = conn.execute(SIZE).fetchone()[0]
 
             base0 = time.monotonic()
             step("prepare", ["CALL shard_id_convert_prepare('orders', 'created_at', 'orders_shard_id_seq', 5)"])
@@ -83,7 +94,10 @@ def main():
             step("indexes (concurrently)", indexes)
             converted = N + N + N // 10
             step(f"convert (batches of {BATCH:,})", [f"CALL shard_id_convert('orders', {BATCH})"], converted)
-            step("finish (swap, validate)", ["CALL shard_id_convert_finish('orders')"])
+            if ABANDON:
+                step("abandon", ["CALL shard_id_convert_abandon('orders')"])
+            else:
+                step("finish (swap, validate)", ["CALL shard_id_convert_finish('orders')"])
             time.sleep(3)
             base1 = time.monotonic()
         clients.stop.set()
@@ -96,16 +110,21 @@ def main():
               f"{CLIENTS} clients inserting an order and a line per transaction throughout "
               f"({os.cpu_count()} cores):")
         print()
-        print("| step | wall time | rows/s | client tx/s | longest client transaction |")
-        print("|---|---:|---:|---:|---:|")
-        print(f"| (before) | | | {before_tps:.0f} | {before_max * 1000:.0f} ms |")
-        for name, t0, t1, rows in steps:
+        print("| step | wall time | rows/s | client tx/s | longest client transaction | WAL written | tables with indexes after it |")
+        print("|---|---:|---:|---:|---:|---:|---:|")
+        print(f"| (before) | | | {before_tps:.0f} | {before_max * 1000:.0f} ms | | {size0 / 2**20:,.0f} MiB |")
+        for name, t0, t1, rows, wal, size in steps:
             tps, longest = clients.during(t0, t1)
             rate = f"{rows / (t1 - t0):,.0f}" if rows else ""
-            print(f"| {name} | {t1 - t0:.1f} s | {rate} | {tps:.0f} | {longest * 1000:.0f} ms |")
+            print(f"| {name} | {t1 - t0:.1f} s | {rate} | {tps:.0f} | {longest * 1000:.0f} ms | {wal / 2**20:,.0f} MiB | {size / 2**20:,.0f} MiB |")
         tps, longest = clients.during(steps[-1][2], base1)
-        print(f"| (after) | | | {tps:.0f} | {longest * 1000:.0f} ms |")
+        print(f"| (after) | | | {tps:.0f} | {longest * 1000:.0f} ms | | |")
         with c.connect() as conn:
+            if ABANDON:
+                left = conn.execute("SELECT count(*) FROM pg_attribute WHERE attrelid IN ('orders'::regclass, 'lines'::regclass, "
+                                    "'refunds'::regclass) AND attname LIKE '%shard_id%' AND NOT attisdropped").fetchone()[0]
+                print(f"\nabandoned: {left} columns of the conversion left")
+                return
             total, distinct = conn.execute("SELECT count(*), count(DISTINCT id) FROM orders").fetchone()
             lost = conn.execute("SELECT count(*) FROM lines l LEFT JOIN orders o ON o.id = l.order_id "
                                 "WHERE o.id IS NULL").fetchone()[0]

@@ -339,8 +339,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     ('old key column', 'pg_attribute', 'keep', 'renamed <key>_before_shard_id, with its values, DEFAULT or identity; no longer NOT NULL (unless identity or partition key)'),
     ('partitioned referencing table', 'pg_class.relkind', 'refuse', 'PostgreSQL 15 to 17 refuse the NOT VALID foreign key the swap makes on a partitioned table: drop the foreign key, convert, add it again (18 allows it)'),
     ('no index on the key', 'pg_index', 'refuse', 'next_shard_id_at reads the new ids from a btree index with the new column first, the twin of one with the key first: make one first'),
-    ('check constraint not valid', 'pg_constraint.convalidated', 'refuse', 'every batch UPDATE checks a NOT VALID CHECK: validate it (or drop it) first'),
-    ('check constraint on the key', 'pg_constraint.conbin', 'refuse', 'a CHECK on the key alone that a new id does not satisfy (id < 2^31): drop or change it first'),
+    ('check constraint not valid', 'pg_constraint.convalidated', 'refuse', 'every batch UPDATE checks a NOT VALID CHECK (or, on PostgreSQL 18, NOT NULL): validate it (or drop it) first'),
+    ('check constraint on the key', 'pg_constraint.conbin', 'refuse', 'a CHECK on the key or a referencing column alone that a new id does not satisfy (id < 2^31), or on a referencing column that a writer''s placeholder (-2) does not: drop or change it first'),
     ('depends on the key''s constraint', 'pg_depend: pg_constraint', 'refuse', 'a view that groups by the key depends on its primary key, which the swap drops: drop it, convert, create it again'),
     ('old-style ids', 'pg_constraint', 'build', 'a CHECK that the key is at least the smallest converted id, added NOT VALID at the swap and validated after it: an application still writing the old sequence''s values into the key is refused (23514) instead of mixing them in'),
     ('unknown', 'pg_depend', 'refuse', 'an object no rule here knows: refused, by name')
@@ -595,24 +595,29 @@ BEGIN
     -- a user's NOT VALID CHECK: every batch UPDATE checks it, and a row that breaks it stops them
     FOR x IN SELECT DISTINCT con.oid, con.conname, con.conrelid::regclass AS rel
                FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
-               JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND NOT con.convalidated AND con.conislocal
-              WHERE con.conname NOT LIKE 'shard_id_convert%' AND con.conname NOT LIKE '%_shard_id_twin' LOOP
+               JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype IN ('c', 'n') AND NOT con.convalidated AND con.conislocal
+              WHERE con.conname NOT LIKE 'shard_id_convert%' AND con.conname NOT LIKE '%_shard_id_twin'
+                AND coalesce((to_jsonb(con) ->> 'conenforced')::boolean, true) LOOP
         steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint not valid', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
                     format('ALTER TABLE %s VALIDATE CONSTRAINT %I', x.rel, x.conname),
-                    'a NOT VALID CHECK: the conversion updates every row, and PostgreSQL checks it on each; a row that breaks it would stop the batches. Validate it (or fix the rows, or drop it) first', false);
+                    'a NOT VALID CHECK or NOT NULL: the conversion updates every row, and PostgreSQL checks it on each; a row that breaks it would stop the batches. Validate it (or fix the rows, or drop it) first', false);
     END LOOP;
-    -- a CHECK on the key alone that the new ids do not satisfy (id < 2^31): tried on two new ids
-    FOR x IN SELECT con.oid, con.conname, con.conrelid::regclass AS rel, pg_get_expr(con.conbin, con.conrelid) AS expr
-               FROM pg_constraint con
-              WHERE con.conrelid = tbl AND con.contype = 'c' AND con.conkey = ARRAY[key_attnum] AND NOT prepared LOOP
+    -- a CHECK on a moved column alone that its new values do not satisfy (id < 2^31): tried on two
+    -- new ids, and on a referencing column on the placeholder a writer may put there (-2)
+    FOR x IN SELECT con.oid, con.conname, con.conrelid::regclass AS rel, pg_get_expr(con.conbin, con.conrelid) AS expr,
+                    cc.old_column, cc.role
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND con.conkey = ARRAY[cc.old_attnum]
+              WHERE NOT prepared LOOP
         DECLARE
             sample bigint;
             ok boolean;
         BEGIN
             FOREACH sample IN ARRAY ARRAY[@extschema@.shard_id_compose(now(), coalesce(shard, 0), 0),
-                                          @extschema@.shard_id_compose(now() + interval '10 years', coalesce(shard, 0), 1023)] LOOP
-                EXECUTE format('SELECT (%s) FROM (SELECT $1::bigint AS %I) AS %I', x.expr, key_column,
-                               (SELECT relname FROM pg_class WHERE oid = tbl))
+                                          @extschema@.shard_id_compose(now() + interval '10 years', coalesce(shard, 0), 1023)]
+                                    || CASE WHEN x.role = 'reference' THEN ARRAY[-2::bigint] ELSE '{}'::bigint[] END LOOP
+                EXECUTE format('SELECT (%s) FROM (SELECT $1::bigint AS %I) AS %I', x.expr, x.old_column,
+                               (SELECT relname FROM pg_class WHERE oid = x.rel))
                    INTO ok USING sample;
                 IF ok IS FALSE THEN
                     RAISE EXCEPTION 'false';
@@ -621,7 +626,9 @@ BEGIN
         EXCEPTION WHEN OTHERS THEN
             steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint on the key', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
                         format('ALTER TABLE %s DROP CONSTRAINT %I', x.rel, x.conname),
-                        format('CHECK (%s) is not satisfied by a new id (%s): its twin on the new column could never be validated; drop or change it first', x.expr, sample), false);
+                        CASE WHEN sample < 0
+                             THEN format('CHECK (%s) is not satisfied by the negative placeholder (%s) a writer''s row gets while the row it references is not visible to it: drop or change it first', x.expr, sample)
+                             ELSE format('CHECK (%s) is not satisfied by a new id (%s): its twin on the new column could never be validated; drop or change it first', x.expr, sample) END, false);
         END;
     END LOOP;
     -- an object that depends on the key's constraint, not on its column (a view with GROUP BY
@@ -1015,8 +1022,8 @@ BEGIN
                                                tbl, new_column, tbl, new_column, seq::text, shard)
                                         || format(' CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS NULL AND NEW.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_row(%L, %L, %L, %L);',
                                                   fill_trigger, tbl, new_column, time_column, new_column, time_column, seq::oid, shard)
-                                        || format(' CREATE TRIGGER %I AFTER DELETE ON %s FOR EACH ROW WHEN (OLD.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted(%L);',
-                                                  _pg_shard_id.derived_name(fill_trigger, '_deleted'), tbl, new_column, tbl::oid),
+                                        || format(' CREATE TRIGGER %I AFTER DELETE OR UPDATE OF %I ON %s FOR EACH ROW WHEN (OLD.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted(%L, %L);',
+                                                  _pg_shard_id.derived_name(fill_trigger, '_deleted'), key_column, tbl, new_column, tbl::oid, key_column),
                                         'the new column; rows inserted from now on get live ids, a row an UPDATE moves behind the batches gets its id from the trigger', prepared);
     FOR c IN SELECT DISTINCT ON (ref.rel, ref.fk_column) ref.*,
                     (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column) AS key_type
@@ -1253,18 +1260,19 @@ $$;
 -- then. TG_ARGV: new column, time column, sequence (its oid: a rename after the prepare changes
 -- nothing), shard.
 CREATE FUNCTION _pg_shard_id.conversion_fill_row() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = '100ms' AS $$
 DECLARE
     ts timestamptz := (to_jsonb(NEW) ->> TG_ARGV[1])::timestamptz;
 BEGIN
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
                _pg_shard_id.conversion_id(TG_ARGV[2]::oid::regclass, TG_ARGV[3]::integer, ts)));
     RETURN NEW;
-EXCEPTION WHEN object_not_in_prerequisite_state OR insufficient_privilege THEN
+EXCEPTION WHEN object_not_in_prerequisite_state OR insufficient_privilege OR lock_not_available OR deadlock_detected THEN
     -- the new column's index is not built yet (between the prepare and the index build), or the
     -- writer may not read a table that holds the sequence's ids (next_shard_id_at reads only
-    -- what its caller may): the row keeps no id for now; the batches or the finish's sweeps,
-    -- run by the owner, give it one
+    -- what its caller may), or next_shard_id_at would wait for another transaction's DEFAULT ids
+    -- (its function's lock_timeout: a writer waits 100 ms at most): the row keeps no id for now;
+    -- the batches or the finish's sweeps, run by the owner, give it one
     RETURN NEW;
 END $$;
 
@@ -1275,9 +1283,11 @@ END $$;
 --
 -- A writer never fails because of it (issue 55): a row that references itself takes its own new
 -- id; a referenced row the writer cannot see (not inserted yet under a deferred foreign key, hidden
--- by row security, in the same statement) gives -1, "not known yet", which satisfies the finish's
--- CHECK and is replaced by the referenced row's new id in the sweeps and again under the swap's
--- locks, through the new column's index (_pg_shard_id.fill_statements).
+-- by row security, in the same statement) gives a negative placeholder, "not known yet" (-1 - the
+-- old key, or of its hash for a key that is not an integer: one per referenced row, so that a
+-- unique index of the referencing columns holds), which satisfies the finish's CHECK and is
+-- replaced by the referenced row's new id in the sweeps and again under the swap's locks, through
+-- the new column's index (_pg_shard_id.fill_statements).
 CREATE FUNCTION _pg_shard_id.conversion_fill_reference() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1294,7 +1304,11 @@ BEGIN
             EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2]::oid::regclass, TG_ARGV[3], TG_ARGV[4])
                INTO new_id USING row_ ->> TG_ARGV[0];
         END IF;
-        new_id := coalesce(new_id, -1);
+        -- not known yet: a negative placeholder, one per referenced key (so that a unique index
+        -- of the referencing columns holds as it does on the old ones)
+        new_id := coalesce(new_id, CASE WHEN TG_ARGV[4] IN ('bigint', 'integer', 'smallint')
+                                        THEN -1 - (row_ ->> TG_ARGV[0])::bigint
+                                        ELSE -1 - (hashtextextended(row_ ->> TG_ARGV[0], 0) & 4611686018427387903) END);
     END IF;
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[1], new_id));
     RETURN NEW;
@@ -1315,7 +1329,8 @@ CREATE POLICY owner_only ON _pg_shard_id.conversion_deleted
     USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
 GRANT SELECT, DELETE ON _pg_shard_id.conversion_deleted TO PUBLIC;
 
--- The AFTER DELETE trigger of a table being converted: records the deleted row's new id. SECURITY
+-- The AFTER DELETE (and UPDATE OF the key) trigger of a table being converted: records the new id
+-- of a row deleted, or given another key (whose old key may be inserted again). SECURITY
 -- DEFINER, so that any role that may delete rows records them; it records only rows of the table
 -- named by its argument or its partitions, and only while that table has a conversion that is not
 -- finished. (EXECUTE stays with PUBLIC: CREATE TRIGGER needs it, by the converting owner. A role
@@ -1325,10 +1340,13 @@ GRANT SELECT, DELETE ON _pg_shard_id.conversion_deleted TO PUBLIC;
 CREATE FUNCTION _pg_shard_id.conversion_note_deleted() RETURNS trigger
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    -- TG_ARGV[0]: the converted table's oid (the trigger fires on its partitions too)
+    -- TG_ARGV[0]: the converted table's oid (the trigger fires on its partitions too); [1]: its key
     converted oid := TG_ARGV[0]::oid;
     new_column name := (SELECT c.new_column FROM _pg_shard_id.conversions c WHERE c.relid = converted AND c.phase <> 'finished');
 BEGIN
+    IF TG_OP = 'UPDATE' AND to_jsonb(OLD) ->> TG_ARGV[1] IS NOT DISTINCT FROM to_jsonb(NEW) ->> TG_ARGV[1] THEN
+        RETURN NULL;  -- (the key kept its value)
+    END IF;
     IF new_column IS NOT NULL AND to_jsonb(OLD) ->> new_column IS NOT NULL
        AND TG_RELID::regclass IN (SELECT t FROM _pg_shard_id.tree(converted::regclass) t) THEN
         INSERT INTO _pg_shard_id.conversion_deleted (relid, new_id) VALUES (converted, (to_jsonb(OLD) ->> new_column)::bigint);
@@ -1491,11 +1509,9 @@ BEGIN
                   HINT = format('%s.%I holds the new ids and %I the old ones; going back is a conversion of its own.',
                                 tbl, state.key_column, _pg_shard_id.derived_name(state.key_column, '_before_shard_id'));
     END IF;
-    -- the table, then each referencing table (the swap's order), for the catalog changes only
-    FOR x IN SELECT DISTINCT cc.top, cc.top = tbl AS is_table FROM _pg_shard_id.conversion_columns(tbl, state.key_column, state.new_column) cc
-              ORDER BY 2 DESC, 1 LOOP
-        EXECUTE format('LOCK TABLE %s IN ACCESS EXCLUSIVE MODE', x.top);
-    END LOOP;
+    -- each referencing table, then the table (the swap's order, and writers'), for the catalog
+    -- changes only
+    PERFORM _pg_shard_id.lock_tables((SELECT i.statement FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'swap' AND i.action = 'lock'));
     FOR x IN SELECT t.tgname, t.tgrelid::regclass AS rel FROM pg_trigger t
               WHERE t.tgfoid IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure,
                                  '_pg_shard_id.conversion_note_deleted()'::regprocedure)
@@ -1510,7 +1526,10 @@ BEGIN
     DELETE FROM _pg_shard_id.conversion_deleted d WHERE d.relid = tbl;
     DELETE FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
     RAISE NOTICE 'pg_shard_id: the conversion of % is abandoned; the table is as it was before the prepare', tbl;
-EXCEPTION WHEN lock_not_available THEN
+EXCEPTION WHEN deadlock_detected THEN
+    RAISE EXCEPTION 'pg_shard_id: abandoning the conversion of % was chosen to end a deadlock: %', tbl, SQLERRM
+        USING ERRCODE = '40P01', HINT = 'Nothing was changed; call it again.';
+WHEN lock_not_available THEN
     RAISE EXCEPTION 'pg_shard_id: abandoning the conversion of % waited 10 s for a lock: %', tbl, SQLERRM
         USING ERRCODE = '55P03',
               HINT = 'A transaction holds a lock on the table (pg_locks and pg_stat_activity show it); nothing was changed. End it, then call again.';
@@ -1606,6 +1625,58 @@ BEGIN
     RETURN greatest(1.0, n::double precision / blocks);
 END $$;
 
+-- Takes the swap's locks (statement: LOCK TABLE each referencing table, then the table, IN ACCESS
+-- EXCLUSIVE MODE) without ever holding some while waiting long for another: each attempt waits
+-- at most 200 ms (or half of deadlock_timeout) per lock, then lets go of what it took and tries
+-- again, for 10 s in all (55P03 then). Writers take these tables in either order (an order, then
+-- its lines; a line alone, then its order for the foreign key's check): a swap that held one
+-- table while waiting for the other deadlocked with one of them (issue 55), and the deadlock
+-- detector could end the writer. This way the swap gives way first.
+CREATE FUNCTION _pg_shard_id.lock_tables(statement text) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
+DECLARE
+    deadline timestamptz := clock_timestamp() + interval '10 s';
+    attempt text := least(200, greatest(1, (SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout') / 2)) || 'ms';
+BEGIN
+    LOOP
+        BEGIN
+            PERFORM set_config('lock_timeout', attempt, true);
+            EXECUTE statement;
+            RETURN;
+        EXCEPTION WHEN lock_not_available THEN
+            IF clock_timestamp() > deadline THEN
+                RAISE EXCEPTION 'pg_shard_id: the tables stayed locked by other transactions for 10 s'
+                    USING ERRCODE = '55P03';
+            END IF;
+        END;
+        PERFORM pg_sleep(0.02 + random() * 0.05);
+    END LOOP;
+END $$;
+
+-- The sweeps of tbl's conversion (children_only: the referencing tables' only, as the swap runs
+-- them under its locks): rows still without a new id, referencing rows whose referenced row was not
+-- known to their writer (-1 and below), and those that referenced a row deleted (or given another
+-- key) and inserted again. Then the record of deleted rows loses what every sweep has seen (rows
+-- of transactions that ended before the sweeps began), so that the swap's repair under its locks
+-- reads only what came after (issue 55). Returns the rows written.
+CREATE FUNCTION _pg_shard_id.sweep(tbl regclass, caller_path text, children_only boolean) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+    u record;
+    done bigint := 0;
+    seen xid8 := pg_snapshot_xmin(pg_current_snapshot());
+BEGIN
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    FOR u IN SELECT f.statement FROM _pg_shard_id.fill_statements(tbl, state.key_column, state.new_column,
+                                                                   state.time_column, state.seq, state.shard) f
+              WHERE f.unit IS NULL AND (f.kind = 'child' OR NOT children_only) LOOP
+        done := done + _pg_shard_id.run(tbl, u.statement, NULL, NULL, caller_path);
+    END LOOP;
+    DELETE FROM _pg_shard_id.conversion_deleted d WHERE d.relid = tbl AND age(d.xmin) > age(xid(seen));
+    RETURN done;
+END $$;
+
 -- One transaction of shard_id_convert: one batch (a range of heap blocks of the current unit),
 -- or, when every unit is done, the sweep. Returns whether there is more to do.
 CREATE FUNCTION _pg_shard_id.convert_step(tbl regclass, batch_rows integer, caller_path text) RETURNS boolean
@@ -1647,10 +1718,7 @@ BEGIN
         -- the sweeps: rows still without an id (an UPDATE that moved a row is filled by the
         -- trigger; this catches anything else), through the new columns' indexes
         done := 0;
-        FOR u IN SELECT f.* FROM _pg_shard_id.fill_statements(tbl, state.key_column, state.new_column, state.time_column, state.seq, state.shard) f
-                  WHERE f.unit IS NULL LOOP
-            done := done + _pg_shard_id.run(tbl, u.statement, NULL, NULL, caller_path);
-        END LOOP;
+        done := _pg_shard_id.sweep(tbl, caller_path, false);
         UPDATE _pg_shard_id.conversions c SET phase = 'filled', rows_done = rows_done + done, updated_at = clock_timestamp()
          WHERE c.relid = tbl;
         RAISE NOTICE '%', format('pg_shard_id: every row of %s has its time-ordered id in %I; CALL shard_id_convert_finish(%L) swaps it in',
@@ -1735,11 +1803,7 @@ BEGIN
             IF step.action = 'check' THEN
                 -- what transactions in flight when a CHECK was added left without an id: the
                 -- sweeps (as the batches run, the user's triggers silent), then the validation
-                FOR sweep IN SELECT f.statement FROM _pg_shard_id.fill_statements(tbl, state.key_column, state.new_column,
-                                                                                   state.time_column, state.seq, state.shard) f
-                              WHERE f.unit IS NULL LOOP
-                    PERFORM _pg_shard_id.run(tbl, sweep.statement, NULL, NULL, caller_path);
-                END LOOP;
+                PERFORM _pg_shard_id.sweep(tbl, caller_path, false);
             END IF;
             EXECUTE step.statement;
             RETURN true;
@@ -1773,7 +1837,8 @@ END $$;
 -- finish's): those it recorded, valid before it (one the user left NOT VALID is not touched).
 CREATE FUNCTION _pg_shard_id.conversion_validations(tbl regclass) RETURNS SETOF _pg_shard_id.conversion_step
 LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT _pg_shard_id.step(700, 'after the swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.conrelid::regclass),
+    SELECT _pg_shard_id.step(700, 'after the swap', CASE c.contype WHEN 'f' THEN 'foreign key to the key' ELSE 'old-style ids' END,
+                             format('constraint %I on %s', c.conname, c.conrelid::regclass),
                              'check', NULL, format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.conrelid::regclass, c.conname), NULL, false)
       FROM _pg_shard_id.conversions v JOIN pg_constraint c ON c.oid = ANY (v.validate_after)
      WHERE v.relid = tbl AND NOT c.convalidated
@@ -1788,11 +1853,9 @@ LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout
 DECLARE
     plan _pg_shard_id.conversion_step[];
     step _pg_shard_id.conversion_step;
-    state _pg_shard_id.conversions;
-    sweep record;
 BEGIN
     step := (SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'swap' AND i.action = 'lock');
-    EXECUTE step.statement;
+    PERFORM _pg_shard_id.lock_tables(step.statement);
     plan := ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i);
     -- (what the batches would fire, and publications, mattered before the batches: not now)
     PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT p FROM unnest(plan) p WHERE p.action = 'refuse'
@@ -1807,12 +1870,7 @@ BEGIN
     -- referencing rows written since the last sweep whose referenced row was not known to their
     -- writer (-1), or was deleted and inserted again: under the locks, through the new columns'
     -- indexes, so that no reference is left behind by the swap (issue 55)
-    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
-    FOR sweep IN SELECT f.statement FROM _pg_shard_id.fill_statements(tbl, state.key_column, state.new_column,
-                                                                       state.time_column, state.seq, state.shard) f
-                  WHERE f.unit IS NULL AND f.kind = 'child' LOOP
-        PERFORM _pg_shard_id.run(tbl, sweep.statement, NULL, NULL, caller_path);
-    END LOOP;
+    PERFORM _pg_shard_id.sweep(tbl, caller_path, true);
     FOREACH step IN ARRAY plan LOOP
         IF step.phase = 'swap' AND step.statement IS NOT NULL THEN
             EXECUTE step.statement;

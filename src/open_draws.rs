@@ -36,7 +36,9 @@ pub fn published(key: SlotKey) -> bool {
 }
 
 /// The DEFAULT is about to draw an id of sequence `key` with the clock reading `clock_ms` (since
-/// the epoch): publishes this transaction's record first, before the guard decides.
+/// the epoch): publishes this transaction's record first, before the guard decides. The record
+/// says a second less than the clock: the guard issues at or above the clock it reads next, which
+/// a clock stepping back between the two readings could put below this one.
 pub fn publish(key: SlotKey, clock_ms: i64) {
     if published(key) {
         return;
@@ -44,9 +46,20 @@ pub fn publish(key: SlotKey, clock_ms: i64) {
     let transaction = crate::mask::local_transaction();
     // without shared memory (guard mode session) nothing reads records: next_shard_id_at refuses
     if let Some(draws) = shmem::open_draws() {
-        draws.publish(my_backend(), transaction, key, clock_ms);
+        draws.publish(
+            my_backend(),
+            transaction,
+            key,
+            clock_ms - crate::backfill::LIVE_MARGIN_MS,
+        );
     }
     PUBLISHED.store(key, Relaxed);
+}
+
+/// Forgets what this transaction published (its next id takes the slow path again): when the
+/// origin check is to run again (`crate::origin`).
+pub fn forget() {
+    PUBLISHED.store(0, Relaxed);
 }
 
 /// Registers the callback that forgets, at the end of each transaction, what it published (the
@@ -70,8 +83,14 @@ unsafe extern "C-unwind" fn at_transaction_end(
             | XACT_EVENT_PREPARE
             | XACT_EVENT_PARALLEL_COMMIT
             | XACT_EVENT_PARALLEL_ABORT
-    ) {
+    ) && PUBLISHED.load(Relaxed) != 0
+    {
         PUBLISHED.store(0, Relaxed);
+        // every row of the transaction is in its indexes now: nothing to wait for (a prepared
+        // transaction's virtual id would otherwise lead a waiter to its COMMIT PREPARED)
+        if let Some(draws) = shmem::open_draws() {
+            draws.clear(my_backend());
+        }
     }
 }
 
@@ -94,6 +113,11 @@ pub fn settle(key: SlotKey, ms: i64, last_ms: i64) -> i64 {
         return last_ms;
     };
     let mut ceiling = last_ms;
+    // the caller's own DEFAULT ids of the sequence (a transaction cannot wait for itself): below
+    // the first of them
+    if let Some(own) = draws.own(key, my_backend(), crate::mask::local_transaction()) {
+        ceiling = ceiling.min(own - 1);
+    }
     for draw in draws.at_or_below(key, last_ms, my_backend()) {
         if draw.lowest_ms <= ms {
             wait_for(draw);

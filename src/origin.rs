@@ -93,7 +93,12 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
                 // cannot be written there: check again at the next id)
                 return;
             }
-            let again = || CHECKED.store(false, Ordering::Relaxed);
+            // (the fast path asks whether the transaction published its draws, which the slow
+            // path does after this check: forgetting the check forgets that too)
+            let again = || {
+                CHECKED.store(false, Ordering::Relaxed);
+                crate::open_draws::forget();
+            };
             match record.then(record_without_failing) {
                 Some(Recording::Recorded) => {
                     // The row is part of this transaction: if it, or a subtransaction around

@@ -469,6 +469,8 @@ mod tests {
             "shard_id_convert_abandon(regclass):vu-",
             "_pg_shard_id.rows_per_block(regclass):sss",
             "_pg_shard_id.conversion_note_deleted():vu-",
+            "_pg_shard_id.sweep(regclass,text,boolean):vu-",
+            "_pg_shard_id.lock_tables(text):vu-",
             "_pg_shard_id.conversion_id(regclass,integer,timestamp with time zone):vu-",
             "_pg_shard_id.conversion_fill_row():vu-",
             "_pg_shard_id.conversion_fill_reference():vu-",

@@ -121,6 +121,24 @@ impl<'a> OpenDraws<'a> {
         }
     }
 
+    /// Backend `backend`'s transaction ended, or prepared: every row it wrote is in its indexes.
+    pub fn clear(&self, backend: usize) {
+        if let Some(record) = self.records.get(backend) {
+            record.transaction.store(0, SeqCst);
+        }
+    }
+
+    /// The lowest millisecond backend `me`'s transaction `transaction` published for sequence
+    /// `key` (its own DEFAULT ids, which it cannot wait for), if it did.
+    pub fn own(&self, key: SlotKey, me: usize, transaction: u32) -> Option<i64> {
+        let record = self.records.get(me)?;
+        let published = record.key.load(SeqCst);
+        (transaction != 0
+            && record.transaction.load(SeqCst) == transaction
+            && (published == key || published == ANY_SEQUENCE))
+            .then(|| record.lowest_ms.load(SeqCst))
+    }
+
     /// The transactions of backends other than `me` that published draws of sequence `key` at or
     /// below `ms`. Some may have ended (the caller checks, and waits for the others).
     pub fn at_or_below(&self, key: SlotKey, ms: i64, me: usize) -> Vec<OpenDraw> {
@@ -228,6 +246,25 @@ mod tests {
         draws.lower(0, 3, 500);
         assert_eq!(draws.at_or_below(100, 500, 5)[0].lowest_ms, 500);
         assert_eq!(draws.publish(7, 1, 1, 1), 0, "past the table");
+    }
+
+    #[test]
+    fn an_ended_transaction_is_cleared_and_a_caller_sees_its_own() {
+        let r = records(2);
+        let draws = OpenDraws::over(&r);
+        draws.publish(1, 5, 100, 1_000);
+        assert_eq!(draws.own(100, 1, 5), Some(1_000));
+        assert_eq!(
+            draws.own(100, 1, 6),
+            None,
+            "another transaction of the backend"
+        );
+        assert_eq!(draws.own(200, 1, 5), None, "another sequence");
+        draws.publish(1, 5, 200, 900);
+        assert_eq!(draws.own(300, 1, 5), Some(900), "several sequences: any");
+        draws.clear(1);
+        assert_eq!(draws.own(100, 1, 5), None);
+        assert!(draws.at_or_below(100, i64::MAX, 0).is_empty());
     }
 
     #[test]

@@ -269,6 +269,14 @@ pub unsafe fn remainders_in(
                 pg_sys::UnlockRelationOid(column.relation, lock);
                 return Err(CannotTell::Locked);
             }
+            // (dropped, and committed, after the column list was read: gone now)
+            let index = pg_sys::try_relation_open(index_oid, pg_sys::NoLock as pg_sys::LOCKMODE);
+            if index.is_null() {
+                pg_sys::UnlockRelationOid(index_oid, lock);
+                pg_sys::UnlockRelationOid(column.relation, lock);
+                return Err(CannotTell::Locked);
+            }
+            pg_sys::relation_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
             // (the locks are held: the read opens both without taking them again)
             let read = remainders_in(column, low, high, Locking::Taken);
             pg_sys::UnlockRelationOid(index_oid, lock);

@@ -17,7 +17,12 @@ one), sparse ones, close to the clock (1.1 to 10 s behind) and far behind it (ho
 back, some left open in a long transaction across later events (committed or rolled back later,
 or lost with a crash); the clock stepped back or forward (up to 15 s); a clean restart; a crash
 (immediate stop); a copy (pg_dump and pg_restore into a new database, where the scenario goes
-on); a step of the conversion. Half the backfills just behind the clock come as the interleaving
+on); a step of the conversion. Issue 55's shapes: a DEFAULT row held 2.5 s by a slow BEFORE
+trigger, or an id selected and inserted 2.5 s later, while every remainder of the milliseconds
+around it is backfilled ("slow"); writers of the converted tables while it runs ("writes": a row
+referencing itself, a child inserted before its parent and a parent deleted and inserted again
+with its old key under deferred foreign keys, an insert while the table is renamed); the
+conversion abandoned and prepared again later ("abandon"). Half the backfills just behind the clock come as the interleaving
 of issue 50, more often than chance would give it: the DEFAULT's last id, the clock moved on, the
 backfill, the clock stepped back into its milliseconds, DEFAULT inserts.
 
@@ -47,7 +52,7 @@ from pgcluster import PG_BIN, Cluster
 
 SHARD = 7
 EVENTS = ["insert", "insert", "backfill", "backfill", "backfill", "clock", "clock", "restart", "crash", "convert",
-          "convert", "convert", "convert", "copy", "long_close"]
+          "convert", "convert", "convert", "convert", "convert", "copy", "long_close", "slow", "writes", "writes", "abandon"]
 CONV_STEPS = ["prepare", "indexes", "batches_killed", "batches", "finish"]
 
 
@@ -72,6 +77,10 @@ def make_scenario(seed):
             kind = ("clock", rng.choice([-1, -1, 1]) * rng.randint(2, 15))
         elif kind == "insert":
             kind = ("insert", rng.choice([200, 2000, 8000]), rng.randint(1, 3))
+        elif kind == "slow":
+            kind = ("slow", rng.choice(["trigger", "select"]))
+        elif kind == "writes":
+            kind = ("writes", rng.randint(1, 10**9))
         else:
             kind = (kind,)
         # the interleaving that matters most, more often than chance would give it (issue 50): a
@@ -138,8 +147,13 @@ class HistoryFuzzer:
             c.execute("CREATE SEQUENCE s")
             c.execute(f"CREATE TABLE live (id bigint DEFAULT next_shard_id('s', {SHARD}), at timestamptz, kind text)")
             c.execute("CREATE INDEX ON live (id)")
-            c.execute("CREATE TABLE conv (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL, note text)")
-            c.execute("CREATE TABLE conv_lines (id bigserial PRIMARY KEY, conv_id bigint REFERENCES conv, n int)")
+            c.execute("CREATE FUNCTION slow_row() RETURNS trigger LANGUAGE plpgsql AS "
+                      "$$BEGIN IF NEW.kind = 'slow' THEN PERFORM pg_sleep(2.5); END IF; RETURN NEW; END$$")
+            c.execute("CREATE TRIGGER slow_row BEFORE INSERT ON live FOR EACH ROW EXECUTE FUNCTION slow_row()")
+            c.execute("CREATE TABLE conv (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL, note text, "
+                      "parent bigint REFERENCES conv DEFERRABLE INITIALLY DEFERRED)")
+            c.execute("CREATE TABLE conv_lines (id bigserial PRIMARY KEY, conv_id bigint REFERENCES conv "
+                      "DEFERRABLE INITIALLY DEFERRED, n int)")
             # rows a minute to two days back, some crowded into one millisecond
             c.execute("INSERT INTO conv (created_at, note) SELECT n.t0 - (g %% 97) * interval '37 min' "
                       "  - CASE WHEN g %% 3 = 0 THEN interval '0' ELSE g * interval '1 ms' END, 'old' "
@@ -147,6 +161,7 @@ class HistoryFuzzer:
                       (self.sc.conv_rows,))
             c.execute("INSERT INTO conv_lines (conv_id, n) SELECT 1 + g %% %s, g FROM generate_series(1, %s) g",
                       (self.sc.conv_rows, self.sc.conv_rows))
+            c.execute("UPDATE conv SET parent = CASE WHEN id % 3 = 0 THEN id ELSE 1 + id % 50 END WHERE id % 2 = 0")
             c.execute("ANALYZE")
 
     # -- events --------------------------------------------------------------------------------
@@ -179,12 +194,15 @@ class HistoryFuzzer:
             "far": "SELECT n.t0 + (g % 50) * interval '1 ms' "
                    "FROM (SELECT clock_timestamp() - interval '3 days' AS t0) n, generate_series(1, 2000) g",
         }[mode]
+        self.backfill(times, mode, end, salt)
+
+    def backfill(self, times, mode, end, salt, params=None):
         statement = (f"INSERT INTO live (id, at, kind) SELECT next_shard_id_at('s', {SHARD}, t.t), t.t, 'backfill' "
                      f"FROM ({times}) t(t) RETURNING id")
         conn = self.connect(self.db, autocommit=False)
         try:
             conn.execute("SELECT setseed(%s)", (salt / 10**9 - 0.5,))
-            ids = [r[0] for r in conn.execute(statement).fetchall()]
+            ids = [r[0] for r in conn.execute(statement, params).fetchall()]
         except psycopg.Error as e:
             conn.close()
             # (the documented refusal: between the conversion's prepare and its index build, its
@@ -201,6 +219,99 @@ class HistoryFuzzer:
             self.rolled.update(ids)
         else:
             self.long.append((conn, ids))
+
+    def ev_slow(self, how):
+        """A DEFAULT id whose row reaches its index 2.5 s after its draw (a slow BEFORE trigger), or
+        an id selected and inserted 2.5 s later in its transaction, while every remainder of the
+        milliseconds around its draw is backfilled (issue 55)."""
+        drawn = []
+
+        def app():
+            try:
+                with self.connect(self.db, autocommit=False) as c:
+                    if how == "trigger":
+                        drawn.append(c.execute("SELECT clock_timestamp()").fetchone()[0])
+                        c.execute("INSERT INTO live (kind) VALUES ('slow')")
+                    else:
+                        i = c.execute(f"SELECT next_shard_id('s', {SHARD})").fetchone()[0]
+                        drawn.append(c.execute("SELECT shard_id_extract_timestamp(%s)", (i,)).fetchone()[0])
+                        time.sleep(2.5)
+                        c.execute("INSERT INTO live (id, kind) VALUES (%s, 'slow')", (i,))
+                    c.commit()
+            except psycopg.Error as e:
+                self.errors.append(f"slow DEFAULT insert ({how}): {e.sqlstate} {e}")
+                drawn.append(None)
+        thread = threading.Thread(target=app)
+        thread.start()
+        for _ in range(500):
+            if drawn:
+                break
+            time.sleep(0.01)
+        if drawn and drawn[0] is not None:
+            time.sleep(1.3)
+            with self.connect(self.db) as c:
+                # (an id ahead of the clock, a guard's lead or a step back: no backfill reaches it)
+                behind = c.execute("SELECT %s::timestamptz + interval '60 ms' < clock_timestamp() - interval '1 s'",
+                                   (drawn[0],)).fetchone()[0]
+            if not behind:
+                thread.join()
+                return
+            self.backfill("SELECT m FROM generate_series(%s::timestamptz - interval '10 ms', %s::timestamptz + interval '60 ms', "
+                          "interval '1 ms') m, generate_series(1, 1024)", f"around a slow row ({how})", "commit", 1,
+                          (drawn[0], drawn[0]))
+        thread.join()
+
+    def ev_writes(self, salt):
+        """What applications write while the conversion runs (issue 55): a row referencing itself,
+        a child inserted before its parent, a parent deleted and inserted again with its old key
+        (deferred foreign keys, one transaction each), an insert into the referencing table while
+        the table is renamed."""
+        rng = random.Random(salt)
+        key = "id_before_shard_id" if self.conv_step >= len(CONV_STEPS) else "id"
+        try:
+            with self.connect(self.db, autocommit=False) as c:
+                # (a rename waits behind a long transaction that read the table: given up, as an
+                # application's migration would be)
+                c.execute("SET lock_timeout = '2s'")
+                c.commit()
+                if key == "id":
+                    c.execute("INSERT INTO conv (id, created_at, note, parent) "
+                              "SELECT nextval('conv_id_seq'), clock_timestamp(), 'self', currval('conv_id_seq')")
+                    k = c.execute("SELECT nextval('conv_id_seq')").fetchone()[0]
+                    c.execute("INSERT INTO conv_lines (conv_id, n) VALUES (%s, -1)", (k,))
+                    c.execute("INSERT INTO conv (id, created_at, note) VALUES (%s, clock_timestamp(), 'late parent')", (k,))
+                    c.commit()
+                    victim = c.execute("SELECT id, created_at FROM conv WHERE note = 'old' ORDER BY id OFFSET %s LIMIT 1",
+                                       (rng.randrange(self.sc.conv_rows // 2),)).fetchone()
+                    if victim:
+                        c.execute("DELETE FROM conv WHERE id = %s", (victim[0],))
+                        c.execute("INSERT INTO conv (id, created_at, note) VALUES (%s, %s, 'again')", victim)
+                        c.commit()
+                    c.execute("ALTER TABLE conv RENAME TO conv_renamed")
+                    c.execute("INSERT INTO conv_lines (conv_id, n) SELECT id, -2 FROM conv_renamed ORDER BY id LIMIT 1")
+                    c.execute("ALTER TABLE conv_renamed RENAME TO conv")
+                    c.commit()
+                else:
+                    # after the swap the key is the new id
+                    c.execute("INSERT INTO conv (created_at, note) VALUES (clock_timestamp(), 'after')")
+                    c.execute("UPDATE conv SET parent = id WHERE note = 'after'")
+                    c.commit()
+        except psycopg.errors.LockNotAvailable:
+            pass  # (the rename waited 10 s behind a long transaction: nothing written)
+        except psycopg.Error as e:
+            self.errors.append(f"writes ({key}): {e.sqlstate} {e}")
+
+    def ev_abandon(self):
+        if not 0 < self.conv_step < len(CONV_STEPS):
+            return
+        try:
+            with self.connect(self.db) as c:
+                c.execute("CALL shard_id_convert_abandon('conv')")
+            self.conv_step = 0
+        except psycopg.errors.LockNotAvailable:
+            pass  # a long transaction holds the table: nothing changed
+        except psycopg.Error as e:
+            self.errors.append(f"abandon: {e.sqlstate} {e}")
 
     def ev_long_close(self):
         if self.long:
@@ -312,7 +423,10 @@ class HistoryFuzzer:
             c.execute("CREATE TEMP TABLE ids (id bigint, at timestamptz, kind text)")
             c.execute("INSERT INTO ids SELECT id, at, kind FROM live")
             if conv_id:
-                c.execute(f"INSERT INTO ids SELECT {conv_id}, created_at, 'conv' FROM conv WHERE {conv_id} IS NOT NULL")
+                # (rows the writes event added got live ids from the new column's DEFAULT, or were
+                # converted: checked for repeats, not for their millisecond)
+                c.execute(f"INSERT INTO ids SELECT {conv_id}, created_at, CASE WHEN note = 'old' THEN 'conv' ELSE 'conv_live' END "
+                          f"FROM conv WHERE {conv_id} IS NOT NULL")
             repeats = c.execute("SELECT count(*) - count(DISTINCT id) FROM ids").fetchone()[0]
             if repeats:
                 kinds = c.execute("SELECT string_agg(DISTINCT kind, ', ') FROM ids WHERE id IN "
@@ -345,6 +459,19 @@ class HistoryFuzzer:
                                  "WHERE l.conv_id IS NOT NULL AND p.id IS NULL").fetchone()[0]
                 if lost:
                     problems.append(f"{lost} referencing rows lost their row after the conversion")
+                # every reference converted points at the row its old key named
+                moved = c.execute("SELECT (SELECT count(*) FROM conv_lines l JOIN conv p ON p.id = l.conv_id "
+                                  "         WHERE l.conv_id_before_shard_id IS DISTINCT FROM p.id_before_shard_id "
+                                  "           AND l.conv_id_before_shard_id IS NOT NULL) + "
+                                  "       (SELECT count(*) FROM conv r JOIN conv p ON p.id = r.parent "
+                                  "         WHERE r.parent_before_shard_id IS DISTINCT FROM p.id_before_shard_id "
+                                  "           AND r.parent_before_shard_id IS NOT NULL)").fetchone()[0]
+                if moved:
+                    problems.append(f"{moved} references point at another row than their old key's after the conversion")
+                invalid = c.execute("SELECT count(*) FROM pg_constraint WHERE conrelid IN ('conv'::regclass, "
+                                    "'conv_lines'::regclass) AND NOT convalidated").fetchone()[0]
+                if invalid:
+                    problems.append(f"{invalid} constraints of the converted tables not validated")
         if problems:
             raise Failure("; ".join(problems))
 

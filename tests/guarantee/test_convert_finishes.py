@@ -224,3 +224,10 @@ def test_old_style_ids_written_after_the_swap_are_refused(cluster, db):
         conn.execute("INSERT INTO purchases (id, created_at, item) "
                      "SELECT next_shard_id_at('purchases_shard_id_seq', 5, now() - interval '1 minute'), now(), 'backfilled'")
         assert one(conn, "SELECT count(*) FROM purchases WHERE item = 'old style'") == 0
+
+
+def test_a_check_on_a_referencing_column_that_a_placeholder_fails_is_refused(cluster, db):
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("ALTER TABLE purchase_lines ADD CONSTRAINT positive_reference CHECK (purchase_id > 0)")
+        refused_before_anything_changed(conn, "check constraint on the key", "positive_reference")

@@ -155,3 +155,80 @@ def test_the_table_and_its_sequences_renamed_after_the_prepare(cluster, db):
         assert references_kept(conn, "lines", "purchase_id", parent="orders") == 0
         assert one(conn, "SELECT count(*) FROM orders WHERE shard_id_extract_shard(id) = 5") == one(conn, "SELECT count(*) FROM orders")
         assert validated(conn, "lines")
+
+
+def test_children_inserted_before_their_parents_keep_a_unique_index_of_the_referencing_columns(cluster, db):
+    """Django's shape: UNIQUE (purchase_id, line_no). Two transactions each insert a child before
+    its parent; the placeholders they get differ (one per referenced key), so neither waits for
+    the other nor fails on the twin unique index."""
+    with cluster.connect(db) as conn:
+        purchases(conn, deferred=True)
+        conn.execute("ALTER TABLE lines ADD COLUMN line_no int NOT NULL DEFAULT 1")
+        conn.execute("UPDATE lines SET line_no = id")
+        conn.execute("ALTER TABLE lines ADD UNIQUE (purchase_id, line_no)")
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        with cluster.connect(db, autocommit=False) as t1, cluster.connect(db, autocommit=False) as t2:
+            def write():
+                keys = [one(t, "SELECT nextval('purchases_id_seq')") for t in (t1, t2)]
+                for t, key in zip((t1, t2), keys):
+                    t.execute("SET lock_timeout = '2s'")
+                    t.execute("INSERT INTO lines (purchase_id, line_no, qty) VALUES (%s, 1, 1)", (key,))
+                for t, key in zip((t1, t2), keys):
+                    t.execute("INSERT INTO purchases (id, item) VALUES (%s, 'late parent')", (key,))
+                    t.commit()
+            steps_of_the_finish(conn, "purchases", write)
+        assert references_kept(conn, "lines", "purchase_id") == 0
+        assert validated(conn, "lines")
+
+
+def test_a_parent_given_another_key_and_its_old_key_inserted_again(cluster, db):
+    with cluster.connect(db) as conn:
+        purchases(conn, deferred=True)
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        keys = iter(range(10, 1000, 7))
+        with cluster.connect(db, autocommit=False) as writer:
+            def write():
+                key = next(keys)
+                writer.execute("UPDATE purchases SET id = id + 100000 WHERE id = %s", (key,))
+                writer.execute("INSERT INTO purchases (id, item) VALUES (%s, 'again')", (key,))
+                writer.commit()
+            steps_of_the_finish(conn, "purchases", write)
+        assert one(conn, "SELECT count(*) FROM lines l WHERE NOT EXISTS (SELECT FROM purchases p WHERE p.id = l.purchase_id)") == 0
+        assert references_kept(conn, "lines", "purchase_id") == 0
+        assert validated(conn, "lines")
+
+
+def test_the_swap_waits_for_a_writer_holding_the_table_then_its_referencing_table(cluster, db):
+    """An order, then its line, in one open transaction (the table first, then the referencing
+    table: bench/convert.py's clients). A swap that held the referencing table while waiting for
+    the table deadlocked with it (seen at 10 M rows); it must give way and take both once the
+    writer commits, and the writer must not fail."""
+    import threading
+    import time
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        for _ in range(99):  # every step before the swap
+            if one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_inventory('purchases') "
+                         "WHERE phase = 'finish' AND NOT done") == 0:
+                break
+            one(conn, "SELECT _pg_shard_id.finish_step('purchases', 'public')")
+        errors = []
+        with cluster.connect(db, autocommit=False) as writer:
+            key = one(writer, "INSERT INTO purchases (item) VALUES ('held') RETURNING id")
+
+            def finish():
+                try:
+                    with cluster.connect(db) as c:
+                        c.execute("CALL shard_id_convert_finish('purchases')")
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+            t = threading.Thread(target=finish)
+            t.start()
+            time.sleep(1.5)  # past deadlock_timeout: the swap is trying
+            writer.execute("INSERT INTO lines (purchase_id, qty) VALUES (%s, 1)", (key,))
+            writer.commit()
+            t.join()
+        assert errors == [], errors
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions WHERE relid = 'purchases'::regclass") == "finished"
+        assert references_kept(conn, "lines", "purchase_id") == 0
