@@ -473,6 +473,21 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
                                _pg_shard_id.qualified(r.rel), r.fk_new_column, new_column, _pg_shard_id.qualified(tbl), r.fk_new_column, r.fk_new_column, r.fk_column, key_column, r.fk_column)
       FROM (SELECT DISTINCT rr.rel, rr.fk_column, rr.fk_new_column FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) rr) r
     UNION ALL
+    -- orphans of a foreign key left NOT VALID (or NOT ENFORCED): no row to take an id from; the
+    -- placeholder a writer would give them (so the finish's CHECK holds, and they stay orphans)
+    SELECT NULL, 'child', r.rel, format('UPDATE %s c SET %I = %s WHERE c.%I IS NULL AND c.%I IS NOT NULL '
+                                        'AND NOT EXISTS (SELECT FROM %s p WHERE p.%I OPERATOR(pg_catalog.=) c.%I)',
+                               _pg_shard_id.qualified(r.rel), r.fk_new_column,
+                               CASE WHEN k.atttypid IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype)
+                                    THEN format('-1 OPERATOR(pg_catalog.-) c.%I::pg_catalog.int8', r.fk_column)
+                                    ELSE format('-1 OPERATOR(pg_catalog.-) (pg_catalog.hashtextextended(c.%I::pg_catalog.text, 0) '
+                                                'OPERATOR(pg_catalog.&) 4611686018427387903)', r.fk_column) END,
+                               r.fk_new_column, r.fk_column, _pg_shard_id.qualified(tbl), key_column, r.fk_column)
+      FROM (SELECT DISTINCT rr.rel, rr.fk_column, rr.fk_new_column FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) rr
+             WHERE NOT rr.validated OR rr.def LIKE '%NOT ENFORCED%') r,
+           pg_attribute k
+     WHERE k.attrelid = tbl AND k.attname = key_column
+    UNION ALL
     -- rows that referenced a row deleted meanwhile, which was inserted again with the same old key
     SELECT NULL, 'child', r.rel, format('UPDATE %s c SET %I = p.%I FROM %s p WHERE c.%I OPERATOR(pg_catalog.=) ANY (ARRAY(SELECT d.new_id FROM _pg_shard_id.conversion_deleted d WHERE d.relid OPERATOR(pg_catalog.=) %s::pg_catalog.oid)) '
                                         'AND p.%I OPERATOR(pg_catalog.=) c.%I AND p.%I IS NOT NULL AND p.%I OPERATOR(pg_catalog.<>) c.%I',
