@@ -418,7 +418,7 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
                             _pg_shard_id.qualified(u.rel), u.fk_new_column, new_column, _pg_shard_id.qualified(tbl), id.blocks, u.fk_new_column, u.fk_new_column, key_column, u.fk_column) END
       FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u, id
     UNION ALL
-    SELECT NULL, 'table', tbl, format('UPDATE %s SET %I = %s WHERE %I IS NULL AND %I IS NOT NULL', _pg_shard_id.qualified(tbl), new_column, id.expression, new_column, time_column)
+    SELECT NULL, 'table', tbl, format('UPDATE %s SET %I = %s WHERE %I IS NULL', _pg_shard_id.qualified(tbl), new_column, id.expression, new_column)
       FROM id
     UNION ALL
     SELECT NULL, 'child', r.rel, format('UPDATE %s c SET %I = p.%I FROM %s p WHERE (c.%I IS NULL OR c.%I OPERATOR(pg_catalog.<) 0) AND c.%I IS NOT NULL AND p.%I OPERATOR(pg_catalog.=) c.%I',
@@ -430,10 +430,12 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
     SELECT NULL, 'child', r.rel, format('UPDATE %s c SET %I = %s WHERE c.%I IS NULL AND c.%I IS NOT NULL '
                                         'AND NOT EXISTS (SELECT FROM %s p WHERE p.%I OPERATOR(pg_catalog.=) c.%I)',
                                _pg_shard_id.qualified(r.rel), r.fk_new_column,
-                               CASE WHEN k.atttypid IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype)
-                                    THEN format('-1 OPERATOR(pg_catalog.-) c.%I::pg_catalog.int8', r.fk_column)
-                                    ELSE format('-1 OPERATOR(pg_catalog.-) (pg_catalog.hashtextextended(c.%I::pg_catalog.text, 0) '
-                                                'OPERATOR(pg_catalog.&) 4611686018427387903)', r.fk_column) END,
+                               format('CASE WHEN %s THEN -1 OPERATOR(pg_catalog.-) c.%I::pg_catalog.int8 '
+                                      'ELSE -1 OPERATOR(pg_catalog.-) (pg_catalog.hashtextextended(c.%I::pg_catalog.text, 0) '
+                                      'OPERATOR(pg_catalog.&) 4611686018427387903) END',
+                                      CASE WHEN k.atttypid IN ('bigint'::regtype, 'integer'::regtype, 'smallint'::regtype)
+                                           THEN format('c.%I OPERATOR(pg_catalog.>=) 0', r.fk_column) ELSE 'false' END,
+                                      r.fk_column, r.fk_column),
                                r.fk_new_column, r.fk_column, _pg_shard_id.qualified(tbl), key_column, r.fk_column)
       FROM (SELECT DISTINCT rr.rel, rr.fk_column, rr.fk_new_column FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) rr
              WHERE NOT rr.validated OR rr.def LIKE '%NOT ENFORCED%') r,
@@ -645,6 +647,15 @@ BEGIN
                              THEN format('CHECK (%s) is not satisfied by the negative placeholder (%s) a writer''s row gets while the row it references is not visible to it: drop or change it first', x.expr, sample)
                              ELSE format('CHECK (%s) is not satisfied by a new id (%s): its twin on the new column could never be validated; drop or change it first', x.expr, sample) END, false);
         END;
+    END LOOP;
+    FOR x IN SELECT DISTINCT con.conname, con.conrelid::regclass AS rel, pg_get_constraintdef(con.oid) AS def
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND cc.old_attnum = ANY (con.conkey)
+                                     AND cardinality(con.conkey) > 1 AND con.conislocal
+              WHERE cc.role = 'reference' AND NOT prepared LOOP
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint on the key', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
+                    format('ALTER TABLE %s DROP CONSTRAINT %I', x.rel, x.conname),
+                    format('%s spans a referencing column and others: a writer''s row may hold a negative placeholder in the new column while the row it references is not visible to it, which cannot be tried on it here; drop it, convert, add it again', x.def), false);
     END LOOP;
     -- an object that depends on the key's constraint, not on its column (a view with GROUP BY
     -- the key): the swap drops that constraint
@@ -1035,8 +1046,8 @@ BEGIN
     steps := steps || _pg_shard_id.step(100, 'prepare', 'old key column', format('table %s', tbl), 'add', format('ACCESS EXCLUSIVE on %s, catalog only (no rewrite)', tbl),
                                         format('ALTER TABLE %s ADD COLUMN %I bigint; ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s);',
                                                tbl, new_column, tbl, new_column, seq::text, shard)
-                                        || format(' CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS NULL AND NEW.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_row(%L, %L, %L, %L);',
-                                                  fill_trigger, tbl, new_column, time_column, new_column, time_column, seq::oid, shard)
+                                        || format(' CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_row(%L, %L, %L, %L);',
+                                                  fill_trigger, tbl, new_column, new_column, time_column, seq::oid, shard)
                                         || format(' CREATE TRIGGER %I AFTER DELETE OR UPDATE OF %I ON %s FOR EACH ROW WHEN (OLD.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted(%L, %L);',
                                                   _pg_shard_id.derived_name(fill_trigger, '_deleted'), key_column, tbl, new_column, tbl::oid, key_column),
                                         'the new column; rows inserted from now on get live ids, a row an UPDATE moves behind the batches gets its id from the trigger', prepared);
@@ -1146,8 +1157,8 @@ BEGIN
                                             'the old column is no longer given; the conversion''s CHECKs', finished);
     END LOOP;
     steps := steps || _pg_shard_id.step(605, 'swap', 'old key column', format('table %s', tbl), 'drop', NULL,
-                                        format('DROP TRIGGER %I ON %s; DROP TRIGGER IF EXISTS %I ON %s; DELETE FROM _pg_shard_id.conversion_deleted WHERE relid OPERATOR(pg_catalog.=) %s::pg_catalog.oid',
-                                               fill_trigger, tbl, _pg_shard_id.derived_name(fill_trigger, '_deleted'), tbl, tbl::oid),
+                                        format('DROP TRIGGER %I ON %s; DROP TRIGGER IF EXISTS %I ON %s; DELETE FROM _pg_shard_id.conversion_deleted WHERE relid OPERATOR(pg_catalog.=) %L::pg_catalog.regclass::pg_catalog.oid',
+                                               fill_trigger, tbl, _pg_shard_id.derived_name(fill_trigger, '_deleted'), tbl, tbl::text),
                                         'the conversion''s triggers, and its record of deleted rows', finished);
     steps := steps || _pg_shard_id.step(620, 'swap', 'not-null constraint', format('column %s.%I', tbl, new_column), 'build', NULL,
                                         format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, new_column), 'proved by the CHECK validated before: no scan', finished);
@@ -1264,7 +1275,7 @@ END $$;
 -- the batches' UPDATE (a NULL time gives NULL, as next_shard_id_at does); names are qualified.
 CREATE FUNCTION _pg_shard_id.conversion_id(seq regclass, shard integer, ts timestamptz)
 RETURNS bigint LANGUAGE sql VOLATILE AS $$
-    SELECT CASE WHEN ts OPERATOR(pg_catalog.>)
+    SELECT CASE WHEN ts IS NULL OR ts OPERATOR(pg_catalog.>)
                      (pg_catalog.clock_timestamp() OPERATOR(pg_catalog.-) pg_catalog.interval '1.5 s')
                 THEN @extschema@.next_shard_id(seq, shard)
                 ELSE @extschema@.next_shard_id_at(seq, shard, ts) END
@@ -1282,7 +1293,12 @@ BEGIN
     NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0],
                _pg_shard_id.conversion_id(TG_ARGV[2]::oid::regclass, TG_ARGV[3]::integer, ts)));
     RETURN NEW;
-EXCEPTION WHEN object_not_in_prerequisite_state OR insufficient_privilege OR lock_not_available OR deadlock_detected THEN
+EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
+    -- a time no id at a past time can have (before the epoch, -infinity) or a full history: a
+    -- live id, as a row inserted now gets
+    NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0], @extschema@.next_shard_id(TG_ARGV[2]::oid::regclass, TG_ARGV[3]::integer)));
+    RETURN NEW;
+WHEN object_not_in_prerequisite_state OR insufficient_privilege OR lock_not_available OR deadlock_detected THEN
     -- the new column's index is not built yet (between the prepare and the index build), or the
     -- writer may not read a table that holds the sequence's ids (next_shard_id_at reads only
     -- what its caller may), or next_shard_id_at would wait for another transaction's DEFAULT ids
@@ -1321,7 +1337,7 @@ BEGIN
         END IF;
         -- not known yet: a negative placeholder, one per referenced key (so that a unique index
         -- of the referencing columns holds as it does on the old ones)
-        new_id := coalesce(new_id, CASE WHEN TG_ARGV[4] IN ('bigint', 'integer', 'smallint')
+        new_id := coalesce(new_id, CASE WHEN TG_ARGV[4] IN ('bigint', 'integer', 'smallint') AND (row_ ->> TG_ARGV[0])::bigint >= 0
                                         THEN -1 - (row_ ->> TG_ARGV[0])::bigint
                                         ELSE -1 - (hashtextextended(row_ ->> TG_ARGV[0], 0) & 4611686018427387903) END);
     END IF;
@@ -1671,16 +1687,15 @@ END $$;
 -- The sweeps of tbl's conversion (children_only: the referencing tables' only, as the swap runs
 -- them under its locks): rows still without a new id, referencing rows whose referenced row was not
 -- known to their writer (-1 and below), and those that referenced a row deleted (or given another
--- key) and inserted again. Then the record of deleted rows loses what every sweep has seen (rows
--- of transactions that ended before the sweeps began), so that the swap's repair under its locks
--- reads only what came after (issue 55). Returns the rows written.
+-- key) and inserted again. The record of deleted rows is kept until the swap: a transaction still
+-- open may have written rows referencing a deleted row's new id, which no sweep has seen yet
+-- (issue 55). Returns the rows written.
 CREATE FUNCTION _pg_shard_id.sweep(tbl regclass, caller_path text, children_only boolean) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     state _pg_shard_id.conversions;
     u record;
     done bigint := 0;
-    seen xid8 := pg_snapshot_xmin(pg_current_snapshot());
 BEGIN
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
     FOR u IN SELECT f.statement FROM _pg_shard_id.fill_statements(tbl, state.key_column, state.new_column,
@@ -1688,7 +1703,6 @@ BEGIN
               WHERE f.unit IS NULL AND (f.kind = 'child' OR NOT children_only) LOOP
         done := done + _pg_shard_id.run(tbl, u.statement, NULL, NULL, caller_path);
     END LOOP;
-    DELETE FROM _pg_shard_id.conversion_deleted d WHERE d.relid = tbl AND age(d.xmin) > age(xid(seen));
     RETURN done;
 END $$;
 
@@ -1753,7 +1767,15 @@ BEGIN
     step := greatest(1, (batch_rows / greatest(1, coalesce(
                 (SELECT reltuples / nullif(relpages, 0) FROM pg_class WHERE oid = u.rel AND reltuples >= 0),
                 _pg_shard_id.rows_per_block(u.rel))))::bigint);
-    done := _pg_shard_id.run(tbl, u.statement, state.next_block, state.next_block + step, caller_path);
+    -- (waits of at most half of deadlock_timeout: for rows writers hold, or for a transaction's
+    -- DEFAULT ids next_shard_id_at waits for; the batch is tried again, never a writer ended)
+    BEGIN
+        PERFORM set_config('lock_timeout', least(500, greatest(1, (SELECT setting::int FROM pg_settings WHERE name = 'deadlock_timeout') / 2)) || 'ms', true);
+        done := _pg_shard_id.run(tbl, u.statement, state.next_block, state.next_block + step, caller_path);
+    EXCEPTION WHEN lock_not_available THEN
+        PERFORM pg_sleep(0.1);
+        RETURN true;
+    END;
     UPDATE _pg_shard_id.conversions c
        SET next_block = state.next_block + step, rows_done = rows_done + done, updated_at = clock_timestamp(),
            rows_per_second = CASE WHEN done > 0 THEN

@@ -124,8 +124,13 @@ fn next_shard_id_at(seq: pg_sys::Oid, shard: i32, ts: TimestampWithTimeZone) -> 
     let mut db = Indexes { own: key.sequence };
     let drawn = match draw(table, key, start, taker.value, ceiling, &mut db) {
         Err(DrawError::PastLastMs) if ceiling < last_ms => {
-            crate::open_draws::wait_up_to(key.sequence, last_ms);
-            draw(table, key, start, taker.value, last_ms, &mut db)
+            // every other transaction up to last_ms waited for; still below the caller's own
+            let ceiling = crate::open_draws::wait_up_to(key.sequence, last_ms);
+            if ceiling >= ms {
+                draw(table, key, start, taker.value, ceiling, &mut db)
+            } else {
+                Err(DrawError::PastLastMs)
+            }
         }
         drawn => drawn,
     };

@@ -129,12 +129,18 @@ pub fn settle(key: SlotKey, ms: i64, last_ms: i64) -> i64 {
 }
 
 /// Waits for every other transaction whose DEFAULT ids of sequence `key` may be at `last_ms` or
-/// below (when the milliseconds below the ceiling [`settle`] gave are all taken).
-pub fn wait_up_to(key: SlotKey, last_ms: i64) {
-    if let Some(draws) = shmem::open_draws() {
-        for draw in draws.at_or_below(key, last_ms, my_backend()) {
-            wait_for(draw);
-        }
+/// below (when the milliseconds below the ceiling [`settle`] gave are all taken), and returns the
+/// last millisecond the call may hand out now: `last_ms`, or below the caller's own DEFAULT ids.
+pub fn wait_up_to(key: SlotKey, last_ms: i64) -> i64 {
+    let Some(draws) = shmem::open_draws() else {
+        return last_ms;
+    };
+    for draw in draws.at_or_below(key, last_ms, my_backend()) {
+        wait_for(draw);
+    }
+    match draws.own(key, my_backend(), crate::mask::local_transaction()) {
+        Some(own) => last_ms.min(own - 1),
+        None => last_ms,
     }
 }
 
