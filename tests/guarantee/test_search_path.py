@@ -195,6 +195,8 @@ CALLS = {
     "shard_id_convert_indexes(regclass)": "INDEXES",  # run by the test, statement by statement
     "shard_id_convert(regclass,integer)": "CALL shard_id_convert('orders', 300)",
     "shard_id_convert_finish(regclass)": "CALL shard_id_convert_finish('orders')",
+    "shard_id_convert_abandon(regclass)":
+        "CALL shard_id_convert_prepare('drafts', 'created_at', 'drafts_seq', 2); CALL shard_id_convert_abandon('drafts')",
 }
 # run as a superuser (with the same search_path): the calls only a superuser may make
 SUPERUSER = {"pg_shard_id_stats_reset()", "shard_id_mask_keys_record()", "shard_id_mask(bigint,text)",
@@ -232,6 +234,10 @@ def schema(conn, owner):
                  "FROM generate_series(1, 1000) g")
     conn.execute("INSERT INTO lines (order_id, qty) SELECT g, g FROM generate_series(1, 1000) g")
     conn.execute("CREATE SEQUENCE orders_shard_seq")
+    conn.execute("CREATE TABLE drafts (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL)")
+    conn.execute("INSERT INTO drafts (created_at) SELECT '2026-01-05'::timestamptz + g * interval '1 min' "
+                 "FROM generate_series(1, 100) g")
+    conn.execute("CREATE SEQUENCE drafts_seq")
     conn.execute("RESET ROLE")
 
 
