@@ -506,6 +506,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     ('check constraint not valid', 'pg_constraint.convalidated', 'refuse', 'every batch UPDATE checks a NOT VALID CHECK (or, on PostgreSQL 18, NOT NULL): validate it (or drop it) first'),
     ('check constraint on the key', 'pg_constraint.conbin', 'refuse', 'a CHECK on the key or a referencing column alone that a new id does not satisfy (id < 2^31), or on a referencing column that a writer''s placeholder (-2) does not: drop or change it first'),
     ('depends on the key''s constraint', 'pg_depend: pg_constraint', 'refuse', 'a view that groups by the key depends on its primary key, which the swap drops: drop it, convert, create it again'),
+    ('sequence privileges', 'pg_class.relacl, pg_attribute.attacl', 'grant', 'USAGE on the new column''s sequence to each role that may insert into the table (or a partition, or a column of it) and lacks it: its DEFAULT draws from it, from the prepare on; refused when the caller cannot grant it'),
     ('old-style ids', 'pg_constraint', 'build', 'a CHECK that the key is at least the smallest converted id, added NOT VALID at the swap and validated after it: an application still writing the old sequence''s values into the key is refused (23514) instead of mixing them in'),
     ('unknown', 'pg_depend', 'refuse', 'an object no rule here knows: refused, by name')
 $$;
@@ -665,6 +666,9 @@ DECLARE
     floor_check name;
     floor_id bigint;
     analyzed boolean;
+    -- the relations the swap's carries lock besides the tables (views, rules' and policies'
+    -- tables): taken first, in the order their readers take them (issue 55)
+    locked_first regclass[] := '{}';
 BEGIN
     fire_triggers := coalesce(fire_triggers, false);
     subscribers_ready := coalesce(subscribers_ready, false);
@@ -925,12 +929,14 @@ BEGIN
                                                     format('%s.%I is %s and its new column bigint: a column of the view may change its type, which CREATE OR REPLACE VIEW cannot do; drop it, convert, create it again',
                                                            d.rel, d.old_column, d.old_type), false);
             ELSIF kind = 'view' THEN
+                locked_first := locked_first || r.ev_class::regclass;
                 steps := steps || _pg_shard_id.step(670, 'swap', kind, what, 'carry', format('ACCESS EXCLUSIVE on %s', r.ev_class::regclass),
                                                     format('CREATE OR REPLACE VIEW %s%s AS %s', r.ev_class::regclass,
                                                            CASE WHEN r.reloptions IS NOT NULL THEN ' WITH (' || array_to_string(r.reloptions, ', ') || ')' ELSE '' END,
                                                            pg_get_viewdef(r.ev_class)),
                                                     'its definition, read under the swap''s locks, names the key: after the renames, the new column', finished);
             ELSE
+                locked_first := locked_first || r.ev_class::regclass;
                 steps := steps || _pg_shard_id.step(670, 'swap', kind, what, 'carry', format('ACCESS EXCLUSIVE on %s', r.ev_class::regclass),
                                                     regexp_replace(pg_get_ruledef(r.oid), '^CREATE RULE', 'CREATE OR REPLACE RULE')
                                                     || CASE WHEN r.ev_enabled <> 'O' THEN format(' ALTER TABLE %s %s RULE %I;', r.ev_class::regclass,
@@ -971,6 +977,7 @@ BEGIN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'policy', d.what, 'refuse', NULL, NULL,
                                                     format('on a table owned by %s, whom the caller cannot act as', r.relowner::regrole), false);
             ELSE
+                locked_first := locked_first || r.polrelid::regclass;
                 steps := steps || _pg_shard_id.step(670, 'swap', 'policy', d.what, 'carry', format('ACCESS EXCLUSIVE on %s', r.polrelid::regclass),
                                                     format('ALTER POLICY %I ON %s%s%s', r.polname, r.polrelid::regclass,
                                                            CASE WHEN r.polqual IS NOT NULL THEN ' USING (' || pg_get_expr(r.polqual, r.polrelid) || ')' ELSE '' END,
@@ -1212,9 +1219,32 @@ BEGIN
                                                tbl, new_column, tbl, new_column, seq::text, shard)
                                         || format(' CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_row(%L, %L, %L, %L);',
                                                   fill_trigger, tbl, new_column, new_column, time_column, seq::oid, shard)
-                                        || format(' CREATE TRIGGER %I AFTER DELETE OR UPDATE OF %I ON %s FOR EACH ROW WHEN (OLD.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted(%L, %L);',
-                                                  _pg_shard_id.derived_name(fill_trigger, '_deleted'), key_column, tbl, new_column, tbl::oid, key_column),
+                                        || format(' CREATE TRIGGER %I AFTER DELETE OR UPDATE OF %I ON %s FOR EACH ROW WHEN (OLD.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted(%L, %L, %L);',
+                                                  _pg_shard_id.derived_name(fill_trigger, '_deleted'), key_column, tbl, new_column, tbl::oid, key_column, new_column),
                                         'the new column; rows inserted from now on get live ids, a row an UPDATE moves behind the batches gets its id from the trigger', prepared);
+    -- the roles that may insert lack nothing they did not lack before: the new column's DEFAULT
+    -- draws from seq (issue 55: an inserter without USAGE on it failed from the prepare on)
+    SELECT string_agg(g.name, ', ' ORDER BY g.name) INTO stmt
+      FROM (SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END AS name, a.grantee
+              FROM _pg_shard_id.tree(tbl) t JOIN pg_class k ON k.oid = t
+              CROSS JOIN LATERAL (SELECT (aclexplode(k.relacl)).*
+                                  UNION ALL
+                                  SELECT (aclexplode(at.attacl)).* FROM pg_attribute at WHERE at.attrelid = t AND at.attacl IS NOT NULL) a
+             WHERE a.privilege_type = 'INSERT' AND a.grantee <> k.relowner) g
+     WHERE CASE WHEN g.grantee = 0
+                THEN NOT EXISTS (SELECT FROM pg_class sq CROSS JOIN LATERAL aclexplode(sq.relacl) sa
+                                  WHERE sq.oid = seq AND sa.grantee = 0 AND sa.privilege_type IN ('USAGE', 'UPDATE'))
+                ELSE NOT has_sequence_privilege(g.grantee, seq, 'USAGE, UPDATE') END;
+    IF stmt IS NOT NULL AND NOT prepared AND NOT has_sequence_privilege(seq, 'USAGE WITH GRANT OPTION')
+       AND NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = seq), 'USAGE') THEN
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'sequence privileges', format('sequence %s', seq), 'refuse', NULL,
+                                            format('GRANT USAGE ON SEQUENCE %s TO %s', seq, stmt),
+                                            'these roles may insert into the table but not draw from the sequence its new column''s DEFAULT draws from, and the caller cannot grant it: its owner grants it first', false);
+    ELSIF stmt IS NOT NULL THEN
+        steps := steps || _pg_shard_id.step(105, 'prepare', 'sequence privileges', format('sequence %s', seq), 'grant', NULL,
+                                            format('GRANT USAGE ON SEQUENCE %s TO %s', seq, stmt),
+                                            'the roles that may insert into the table draw the new column''s ids from the prepare on (its DEFAULT), as they drew the old key''s', prepared);
+    END IF;
     FOR c IN SELECT DISTINCT ON (ref.rel, ref.fk_column) ref.*,
                     (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column) AS key_type
                FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref ORDER BY ref.rel, ref.fk_column LOOP
@@ -1292,9 +1322,14 @@ BEGIN
                                         analyzed);
     -- the swap: one transaction
     steps := steps || _pg_shard_id.step(600, 'swap', 'old key column', format('table %s', tbl), 'lock', 'ACCESS EXCLUSIVE on each, lock_timeout 10 s',
-                                        (SELECT 'LOCK TABLE ' || string_agg(t.top::text, ', ' ORDER BY t.top = tbl, t.top::oid) || ' IN ACCESS EXCLUSIVE MODE'
-                                           FROM (SELECT DISTINCT cc.top FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc) t),
-                                        'each referencing table, then the table (the order writers take them in: an insert into a referencing table locks it, then checks the table), until the commit; no scan runs under the locks (the referencing rows written since the last sweep are found through the new columns'' indexes)', finished);
+                                        (SELECT 'LOCK TABLE ' || string_agg(t.rel::text, ', ' ORDER BY t.tier, t.rel::oid) || ' IN ACCESS EXCLUSIVE MODE'
+                                           FROM (SELECT DISTINCT ON (lk.rel) lk.rel, lk.tier
+                                                   FROM (SELECT cc.top AS rel, CASE WHEN cc.top = tbl THEN 2 ELSE 1 END AS tier
+                                                           FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+                                                         UNION ALL
+                                                         SELECT l, 0 FROM unnest(locked_first) l) lk
+                                                  ORDER BY lk.rel, lk.tier DESC) t),
+                                        'the views, rules'' and policies'' tables the swap carries, then each referencing table, then the table (the order readers and writers take them in: a query on a view locks the view, then its tables; an insert into a referencing table locks it, then checks the table), until the commit; no scan runs under the locks (the referencing rows written since the last sweep are found through the new columns'' indexes)', finished);
     FOR c IN SELECT ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref LOOP
         steps := steps || _pg_shard_id.step(605, 'swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.rel), 'drop', NULL,
                                             format('ALTER TABLE %s DROP CONSTRAINT %I', c.rel, c.conname), 'made again on the new columns below', finished);
@@ -1478,7 +1513,7 @@ END $$;
 --
 -- A writer never fails because of it (issue 55): a row that references itself takes its own new
 -- id; a referenced row the writer cannot see (not inserted yet under a deferred foreign key, hidden
--- by row security, in the same statement) gives a negative placeholder, "not known yet" (-1 - the
+-- by row security, in the same statement, in a table the writer may not read) gives a negative placeholder, "not known yet" (-1 - the
 -- old key, or of its hash for a key that is not an integer: one per referenced row, so that a
 -- unique index of the referencing columns holds), which satisfies the finish's CHECK and is
 -- replaced by the referenced row's new id in the sweeps and again under the swap's locks, through
@@ -1495,7 +1530,10 @@ BEGIN
         IF row_ ->> TG_ARGV[0] = row_ ->> TG_ARGV[3]
            AND TG_RELID::regclass IN (SELECT t FROM _pg_shard_id.tree(TG_ARGV[2]::oid::regclass) t) THEN
             new_id := (row_ ->> TG_ARGV[5])::bigint;
-        ELSE
+        ELSIF has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[3], 'SELECT') AND has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[5], 'SELECT') THEN
+            -- (a writer that may not read the referenced table gets the placeholder, as for a row
+            -- row security hides: its foreign key's check runs as the table's owner, and the insert
+            -- succeeds without a conversion)
             EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2]::oid::regclass, TG_ARGV[3], TG_ARGV[4])
                INTO new_id USING row_ ->> TG_ARGV[0];
         END IF;
@@ -1512,42 +1550,47 @@ END $$;
 -- The new ids of the table's rows deleted while it is converted (issue 55): a row deleted and
 -- inserted again with the same old key (under a deferred foreign key, in one transaction) gets
 -- another new id, and the rows that referenced it are moved to that one by the sweeps and under
--- the swap's locks, found through the new referencing columns' indexes. Written only by the
--- trigger below; each table's rows are read and removed by its owner (row security).
+-- the swap's locks, found through the new referencing columns' indexes.
 CREATE TABLE _pg_shard_id.conversion_deleted (
     relid oid NOT NULL,
     new_id bigint NOT NULL
 );
 CREATE INDEX ON _pg_shard_id.conversion_deleted (relid, new_id);
 ALTER TABLE _pg_shard_id.conversion_deleted ENABLE ROW LEVEL SECURITY;
-CREATE POLICY owner_only ON _pg_shard_id.conversion_deleted
+-- Read and removed by each table's owner; written by the trigger below, with the rights of the
+-- role that deleted the row (any role that may delete from a table being converted): a row only
+-- for a table with that trigger, which exists from the prepare to the swap.
+CREATE POLICY owner_reads ON _pg_shard_id.conversion_deleted FOR SELECT
     USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
-GRANT SELECT, DELETE ON _pg_shard_id.conversion_deleted TO PUBLIC;
+CREATE POLICY owner_removes ON _pg_shard_id.conversion_deleted FOR DELETE
+    USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
+GRANT SELECT, INSERT, DELETE ON _pg_shard_id.conversion_deleted TO PUBLIC;
 
 -- The AFTER DELETE (and UPDATE OF the key) trigger of a table being converted: records the new id
--- of a row deleted, or given another key (whose old key may be inserted again). SECURITY
--- DEFINER, so that any role that may delete rows records them; it records only rows of the table
--- named by its argument or its partitions, and only while that table has a conversion that is not
--- finished. (EXECUTE stays with PUBLIC: CREATE TRIGGER needs it, by the converting owner. A role
--- that attaches it to a table of its own in such a tree records ids that only make the repair
--- look at rows it sets to the value it would set anyway: the new id of the row their old key
--- names.)
+-- of a row deleted, or given another key (whose old key may be inserted again). It runs with the
+-- rights of the role that deleted the row, as a user's trigger does (it was SECURITY DEFINER, and
+-- reading the row ran a cast a role could define as the extension's owner: a superuser's rights
+-- to anyone who may create a table, the outside review of issue 55). TG_ARGV: the converted
+-- table's oid (the trigger fires on its partitions too), its key, its new column. A row another
+-- role records for a table of its own names an id whose referencing rows the repair sets to the
+-- value they would get anyway: the new id of the row their old key names.
 CREATE FUNCTION _pg_shard_id.conversion_note_deleted() RETURNS trigger
-LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    -- TG_ARGV[0]: the converted table's oid (the trigger fires on its partitions too); [1]: its key
-    converted oid := TG_ARGV[0]::oid;
-    new_column name := (SELECT c.new_column FROM _pg_shard_id.conversions c WHERE c.relid = converted AND c.phase <> 'finished');
+    old_row jsonb := to_jsonb(OLD);
 BEGIN
-    IF TG_OP = 'UPDATE' AND to_jsonb(OLD) ->> TG_ARGV[1] IS NOT DISTINCT FROM to_jsonb(NEW) ->> TG_ARGV[1] THEN
+    IF TG_OP = 'UPDATE' AND old_row ->> TG_ARGV[1] IS NOT DISTINCT FROM to_jsonb(NEW) ->> TG_ARGV[1] THEN
         RETURN NULL;  -- (the key kept its value)
     END IF;
-    IF new_column IS NOT NULL AND to_jsonb(OLD) ->> new_column IS NOT NULL
-       AND TG_RELID::regclass IN (SELECT t FROM _pg_shard_id.tree(converted::regclass) t) THEN
-        INSERT INTO _pg_shard_id.conversion_deleted (relid, new_id) VALUES (converted, (to_jsonb(OLD) ->> new_column)::bigint);
+    IF old_row ->> TG_ARGV[2] IS NOT NULL THEN
+        INSERT INTO _pg_shard_id.conversion_deleted (relid, new_id) VALUES (TG_ARGV[0]::oid, (old_row ->> TG_ARGV[2])::bigint);
     END IF;
     RETURN NULL;
 END $$;
+
+CREATE POLICY trigger_records ON _pg_shard_id.conversion_deleted FOR INSERT
+    WITH CHECK (EXISTS (SELECT FROM pg_trigger t
+                         WHERE t.tgrelid = relid AND t.tgfoid = '_pg_shard_id.conversion_note_deleted()'::regprocedure));
 
 -- The user's triggers and rules that the batches' UPDATEs would fire: on each relation the
 -- batches write, enabled, for UPDATE (an UPDATE OF trigger only when it lists the new column, the
@@ -1660,7 +1703,7 @@ BEGIN
     -- ids start 10 minutes ahead of the clock ("cannot tell")
     PERFORM @extschema@.next_shard_id(seq, shard);
     FOREACH step IN ARRAY plan LOOP
-        IF step.phase = 'prepare' AND step.action = 'add' THEN
+        IF step.phase = 'prepare' AND step.action IN ('add', 'grant') THEN
             EXECUTE step.statement;
         END IF;
     END LOOP;

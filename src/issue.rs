@@ -115,9 +115,16 @@ impl<C: Fn() -> i64> Slow<C> {
         origin::check(&table, self.request.epoch_unix_ms);
         let decision = self.decided.unwrap_or_else(|| {
             // before the guard decides: next_shard_id_at waits for this transaction while its ids
-            // may be in no index yet (`crate::open_draws`)
-            open_draws::publish(self.request.key, (self.request.clock)());
-            self.request.ask_guard(&table)
+            // may be in no index yet (`crate::open_draws`), from a second below this reading on
+            let published = (self.request.clock)();
+            open_draws::publish(self.request.key, published);
+            // The guard issues at or above the clock it reads: never below the published
+            // millisecond, even when the clock steps back more than the margin between the two
+            // readings (the outside review of issue 55). A reading raised so is one the guard may
+            // take anyway: within the margin of one just made.
+            let lowest = published - crate::backfill::LIVE_MARGIN_MS;
+            self.request
+                .ask_guard_with(&table, || (self.request.clock)().max(lowest))
         });
         self.request.carry_out(&table, decision)
     }
@@ -133,6 +140,16 @@ impl<C: Fn() -> i64> Request<C> {
     /// previous one (`GuardState::issue_after`).
     #[inline(always)]
     fn ask_guard(&self, table: &SlotTable) -> Result<Decision, LayoutError> {
+        self.ask_guard_with(table, &self.clock)
+    }
+
+    /// [`Request::ask_guard`] with another clock.
+    #[inline(always)]
+    fn ask_guard_with(
+        &self,
+        table: &SlotTable,
+        clock: impl FnOnce() -> i64,
+    ) -> Result<Decision, LayoutError> {
         let cached = SLOT_CACHE.get(self.key);
         let previous = cached.map_or(Previous::UNKNOWN, |e| e.previous);
         let (index, decision) = table.issue(
@@ -141,7 +158,7 @@ impl<C: Fn() -> i64> Request<C> {
             self.remainder,
             previous,
             self.overflow,
-            &self.clock,
+            clock,
         );
         let issued = match decision {
             Ok(Decision::Issue { ms, .. }) => Previous::issued(ms, self.remainder),

@@ -220,3 +220,137 @@ def test_the_swap_waits_for_a_writer_holding_the_table_then_its_referencing_tabl
         assert errors == [], errors
         assert one(conn, "SELECT phase FROM _pg_shard_id.conversions WHERE relid = 'purchases'::regclass") == "finished"
         assert references_kept(conn, "lines", "purchase_id") == 0
+
+
+def test_a_writer_that_may_not_read_the_table_inserts_into_a_referencing_table(cluster, db):
+    """Without a conversion, an insert into lines needs no privilege on purchases (the foreign
+    key's check runs as its owner); the conversion's trigger looked the parent up with the
+    writer's rights (42501, the second outside review of issue 55)."""
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        writer_role = role(conn, db, "blind_writer")
+        conn.execute(f'GRANT INSERT ON lines TO "{writer_role}"')
+        conn.execute(f'GRANT USAGE ON SEQUENCE lines_id_seq TO "{writer_role}"')
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        with cluster.connect(db) as writer:
+            writer.execute(f'SET ROLE "{writer_role}"')
+            steps_of_the_finish(conn, "purchases", lambda: writer.execute("INSERT INTO lines (purchase_id, qty) VALUES (7, 1)"))
+        assert references_kept(conn, "lines", "purchase_id") == 0
+        assert validated(conn, "lines")
+
+
+def test_an_inserter_without_usage_on_the_new_sequence(cluster, db):
+    """A role that may insert into the table and draw from its old sequence, and was granted
+    nothing on the new one: its inserts failed from the prepare on, on the new column's DEFAULT
+    (the second outside review of issue 55). The prepare grants USAGE to such roles, and its plan
+    says so."""
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        writer_role = role(conn, db, "inserter")
+        conn.execute(f'GRANT INSERT ON purchases TO "{writer_role}"')
+        conn.execute(f'GRANT USAGE ON SEQUENCE purchases_id_seq TO "{writer_role}"')
+        plan = conn.execute("SELECT kind, action, statement FROM shard_id_convert_plan('purchases', 'created_at', "
+                            "'purchases_shard_id_seq', 5)").fetchall()
+        grants = [statement for kind, action, statement in plan if kind == "sequence privileges"]
+        assert len(grants) == 1 and grants[0].startswith("GRANT USAGE ON SEQUENCE public.purchases_shard_id_seq TO ") \
+            and writer_role in grants[0], plan
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        with cluster.connect(db) as writer:
+            writer.execute(f'SET ROLE "{writer_role}"')
+            steps_of_the_finish(conn, "purchases", lambda: writer.execute("INSERT INTO purchases (item) VALUES ('new')"))
+        assert one(conn, "SELECT count(*) FROM purchases WHERE item = 'new'") >= 2
+        assert one(conn, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
+
+
+def test_the_trigger_that_records_deleted_rows_runs_no_code_as_the_extension_owner(cluster, db):
+    """conversion_note_deleted was SECURITY DEFINER and read the whole row with to_jsonb: a cast to
+    json of a column's type, defined by any role that may create a table, ran as the extension's
+    owner, a superuser (the second outside review of issue 55). Both ways in: a table being
+    converted by a role that owns it, and the trigger attached by that role to a table of its own."""
+    with cluster.connect(db) as conn:
+        mallory = role(conn, db, "mallory")
+        conn.execute(f'GRANT CREATE ON SCHEMA public TO "{mallory}"')
+        conn.execute(f'SET ROLE "{mallory}"')
+        conn.execute("CREATE TYPE mood AS ENUM ('a')")
+        conn.execute(f"""CREATE FUNCTION mood_json(mood) RETURNS json LANGUAGE plpgsql AS $$ BEGIN
+                            IF current_user <> '{mallory}' THEN EXECUTE 'ALTER ROLE "{mallory}" SUPERUSER'; END IF;
+                            RETURN '"a"'; END $$""")
+        conn.execute("CREATE CAST (mood AS json) WITH FUNCTION mood_json(mood)")
+        conn.execute("CREATE TABLE moods (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL "
+                     "DEFAULT now() - interval '1 day', m mood DEFAULT 'a')")
+        conn.execute("INSERT INTO moods (m) SELECT 'a' FROM generate_series(1, 100)")
+        conn.execute("CREATE SEQUENCE moods_shard_id_seq")
+        conn.execute("CREATE INDEX ON moods (id)")
+        conn.execute("CALL shard_id_convert_prepare('moods', 'created_at', 'moods_shard_id_seq', 5)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('moods')").fetchall():
+            conn.execute(statement)
+        # its own table, with the trigger attached by hand
+        conn.execute("CREATE TABLE bait (k int, m mood)")
+        conn.execute("CREATE TRIGGER bait AFTER UPDATE ON bait FOR EACH ROW "
+                     "EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted('0', 'k', 'k')")
+        conn.execute("INSERT INTO bait VALUES (1, 'a')")
+        conn.execute("RESET ROLE")
+        # a row of the table being converted deleted by its owner: the cast runs as the deleter
+        conn.execute(f'SET ROLE "{mallory}"')
+        conn.execute("UPDATE moods SET m = m WHERE id = 3")  # (its new id now, from the trigger: the delete is recorded)
+        conn.execute("DELETE FROM moods WHERE id = 3")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # no row for a table without the conversion's trigger
+            conn.execute("UPDATE bait SET k = 2")
+        conn.execute("RESET ROLE")
+        assert one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = %s", (mallory,)) is False
+        assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_deleted WHERE relid = 'moods'::regclass") == 1
+        conn.execute("CALL shard_id_convert_abandon('moods')")
+
+
+def test_a_reader_of_a_view_is_never_the_deadlock_victim_of_the_swap(cluster, db):
+    """The swap carries a view, a rule and a policy that read the key. It locked only the tables,
+    then the view and the rule's and policy's table as it re-created them: a query on the view holds the view and
+    waits for the table, so the two deadlocked, and the reader was the victim when the swap came
+    to the view soon after the reader began waiting (the second outside review of issue 55). The
+    swap now takes the view and the rule's and policy's table first, with its tables, in attempts that hold
+    nothing while they wait."""
+    import threading
+    import time
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        # (the rule first: the swap carried what depends on the key in the catalog's order, so
+        # it came to the rule's table, held below, before the view)
+        conn.execute("CREATE TABLE audit (ref bigint)")
+        conn.execute("CREATE RULE known AS ON INSERT TO audit WHERE NEW.ref NOT IN (SELECT id FROM purchases) DO INSTEAD NOTHING")
+        conn.execute("ALTER TABLE audit ENABLE ROW LEVEL SECURITY")
+        conn.execute("CREATE POLICY known ON audit USING (ref IN (SELECT id FROM purchases))")
+        conn.execute("CREATE VIEW recent AS SELECT id, item FROM purchases WHERE id > 10")
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        for _ in range(99):  # every step before the swap
+            if one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_inventory('purchases') "
+                         "WHERE phase = 'finish' AND NOT done") == 0:
+                break
+            one(conn, "SELECT _pg_shard_id.finish_step('purchases', 'public')")
+        errors, reader_errors = [], []
+        with cluster.connect(db, autocommit=False) as holder, cluster.connect(db) as reader:
+            holder.execute("LOCK TABLE audit IN ACCESS SHARE MODE")  # stalls the swap at the rule's table
+
+            def finish():
+                try:
+                    with cluster.connect(db) as c:
+                        c.execute("CALL shard_id_convert_finish('purchases')")
+                except Exception as e:  # noqa: BLE001
+                    errors.append(e)
+
+            def read():
+                try:
+                    reader.execute("SELECT count(*) FROM recent").fetchone()
+                except Exception as e:  # noqa: BLE001
+                    reader_errors.append(e)
+            t = threading.Thread(target=finish)
+            t.start()
+            time.sleep(1.5)
+            r = threading.Thread(target=read)
+            r.start()
+            time.sleep(0.3)  # the reader waits; the swap comes to the view well within deadlock_timeout
+            holder.rollback()
+            r.join()
+            t.join()
+        assert reader_errors == [], reader_errors
+        assert errors == [], errors
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions WHERE relid = 'purchases'::regclass") == "finished"
