@@ -97,7 +97,7 @@ as_pg() {
 ensure_setup() {
     local sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
-    local pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo python3 python3-pip python3-venv unzip faketime valgrind
+    local pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo python3 python3-pip python3-venv unzip faketime valgrind flex libkrb5-dev
         libpq-dev openjdk-17-jdk-headless libpostgresql-jdbc-java libhibernate3-java libcglib-java)
     local missing=()
     # the client tests (tests/clients) need Node.js 18+ and npm; any install of them will do

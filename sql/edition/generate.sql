@@ -1,0 +1,218 @@
+-- pg_shard_id, SQL edition: the generator and its guard, in PL/pgSQL (issue 56). No library: for
+-- managed PostgreSQL (RDS, Aurora, Cloud SQL, AlloyDB, Azure, Supabase, Neon). docs/managed.md
+-- says how to install it and what it guarantees; this file says why it holds.
+--
+-- The ids are the native extension's: ms << 23 | shard << 10 | (nextval(seq) mod 1024). What
+-- differs is how the millisecond is chosen. The native guard remembers, in shared memory, which
+-- remainders each millisecond has used. A SQL function has no shared memory; what it has that is
+-- shared, crash-safe, replicated with the WAL and *not* undone by a rollback is a sequence. So
+-- the millisecond is a function of the value drawn:
+--
+--     ms(n) = (n >> 10) + O        (n >> 10: the value's block of 1024; O: the guard's offset)
+--
+-- Two values with the same remainder lie in different blocks, so as long as O never decreases
+-- and every value is used with the offset of its block's epoch, ms(n) + remainder is unique per
+-- sequence: the id is `n + 1024 O` written in the layout, which grows with n. When the clock is
+-- ahead of ms(n) (fewer than 1024 ids per ms: nearly always), a *jump* raises O so that the
+-- value's block starts at the clock's millisecond. Each sequence's guard is two sequences of
+-- ours, `<schema>.shard_id_guard_<oid>_o` (O) and `..._b` (B, the first block of O's epoch):
+--
+--   jump (under an advisory lock on the sequence, SECURITY DEFINER):
+--     1. O's register is made "pending" (setval(.., false): pg_sequence_last_value gives NULL)
+--     2. L := the sequence's last value (the highest value any session holds, cached or not)
+--     3. B := L >> 10;  O := max(O, clock - B)          4. B written      5. O written, not pending
+--   draw (next_shard_id, no lock):
+--     a. n := nextval(seq)   b. o := O's register   c. b := B's register
+--     d. use ms = (n >> 10) + o if o is not pending, n >> 10 >= b and the clock is not past it;
+--        otherwise jump, then use n if its block is still current, or draw again
+--
+-- Why it holds: a draw that read epoch k's O (final) drew n before epoch k+1's step 1, so n <= L
+-- of epoch k+1 and n's block <= B(k+1); it checked n's block >= B(k). So a value used with O(k)
+-- lies in blocks B(k) .. B(k+1), and B never decreases (L does not): of two values in different
+-- blocks, the later block's was used with the later epoch's offset, which is not smaller. Two
+-- values of one block have different remainders. Nothing here is undone by a rollback, a crash
+-- (setval and nextval are WAL-logged before they return) or a clock step back (O never
+-- decreases: the ids then keep counting up from the highest millisecond until the clock catches
+-- up). tests/sql_edition attacks it; fuzz.py --edition sql runs the lifecycle fuzzer against it.
+--
+-- Its limits (docs/managed.md#guarantee): the guard lives in the database, so it follows the
+-- database (a physical standby, point-in-time recovery and pg_upgrade carry it), but a copy of
+-- the rows into another database does not carry it (that database's own guard starts from its
+-- clock: the native edition's data floor reads the copied rows, this one does not); a sequence
+-- set back (setval) or one that cycles or descends is refused or stalls.
+
+-- The guard's registers of seq (NULL when it has none).
+CREATE FUNCTION @extschema@._shard_id_register(seq regclass, which text) RETURNS regclass
+LANGUAGE sql STABLE STRICT PARALLEL SAFE
+RETURN pg_catalog.to_regclass('@extschema@.shard_id_guard_' OPERATOR(pg_catalog.||) seq::oid::text
+                              OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) which);
+
+-- The advisory lock of seq's jumps (one 64-bit key: a constant, then the sequence's oid).
+CREATE FUNCTION @extschema@._shard_id_lock_key(seq regclass) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
+RETURN (7142339 :: bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) seq::oid::bigint;
+
+-- A jump: see the top of this file. SECURITY DEFINER: only the edition's owner writes the
+-- registers (a role that could set them could repeat ids). Anyone may call it: it only ever moves
+-- the offset up to the clock's millisecond, which every draw may do.
+CREATE FUNCTION @extschema@._shard_id_jump(seq regclass) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    reg_o regclass := @extschema@._shard_id_register(seq, 'o');
+    reg_b regclass := @extschema@._shard_id_register(seq, 'b');
+    key bigint := @extschema@._shard_id_lock_key(seq);
+    locked boolean := false;
+    o bigint;
+    l bigint;
+    called boolean;
+    b bigint;
+    now_ms bigint;
+BEGIN
+    IF reg_o IS NULL OR reg_b IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: sequence % has no guard', seq
+            USING ERRCODE = '55000',
+                  HINT = format('Its owner runs SELECT @extschema@.shard_id_guard(%L) once, in a transaction of its own.', seq::text);
+    END IF;
+    BEGIN
+        PERFORM pg_advisory_lock(key);
+        locked := true;
+        EXECUTE format('SELECT last_value FROM %s', reg_o) INTO o;
+        PERFORM setval(reg_o, o, false);                                    -- 1. pending
+        EXECUTE format('SELECT last_value, is_called FROM %s', seq) INTO l, called;  -- 2.
+        IF NOT called THEN
+            l := l - 1;  -- (nothing drawn since it was created or set: its next value is last_value)
+        END IF;
+        b := l >> 10;                                                       -- 3.
+        now_ms := @extschema@._shard_id_clock_ms();
+        o := greatest(o, now_ms - b);
+        PERFORM setval(reg_b, b, true);                                     -- 4.
+        PERFORM setval(reg_o, o, true);                                     -- 5.
+        PERFORM pg_advisory_unlock(key);
+        locked := false;
+    EXCEPTION WHEN OTHERS OR query_canceled THEN
+        -- (a jump cut short leaves O pending: the next one completes it; the lock is a session's,
+        -- which an error does not release)
+        IF locked THEN
+            PERFORM pg_advisory_unlock(key);
+        END IF;
+        RAISE;
+    END;
+END $$;
+
+-- Makes seq's guard: its two registers, readable by every role (a draw reads them), written by
+-- the edition's owner only. Once per sequence, before its first id, in a transaction that commits
+-- (next_shard_id refuses a sequence without one: a guard made by a transaction that then rolled
+-- back would be gone, and with it what the ids it gave had used). The sequence must ascend and not
+-- cycle. The edition's owner reads the sequence's last value (SELECT, granted here when the caller
+-- may grant it).
+--
+-- shard_id_guard(seq regclass) RETURNS void
+--   SELECT shard_id_guard('photos_id_seq');
+-- Errors: 42809 not a sequence; 22023 a descending or cycling sequence; 42501 the edition's owner
+-- may not read the sequence and the caller cannot grant it.
+CREATE FUNCTION @extschema@.shard_id_guard(seq regclass) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    edition_owner regrole := (SELECT p.proowner::regrole FROM pg_proc p
+                               WHERE p.oid = '@extschema@._shard_id_jump(regclass)'::regprocedure);
+    s pg_sequence;
+BEGIN
+    SELECT * INTO s FROM pg_sequence WHERE seqrelid = seq;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pg_shard_id: % is not a sequence', seq USING ERRCODE = '42809';
+    END IF;
+    IF s.seqincrement < 0 OR s.seqcycle THEN
+        RAISE EXCEPTION 'pg_shard_id: sequence % descends or cycles', seq
+            USING ERRCODE = '22023', HINT = 'The SQL edition guards ascending sequences that do not cycle: ALTER SEQUENCE ... INCREMENT BY 1 NO CYCLE.';
+    END IF;
+    IF NOT has_sequence_privilege(edition_owner, seq, 'SELECT') THEN
+        IF NOT (has_sequence_privilege(seq, 'SELECT WITH GRANT OPTION')
+                OR pg_has_role((SELECT relowner FROM pg_class WHERE oid = seq), 'USAGE')) THEN
+            RAISE EXCEPTION 'pg_shard_id: % may not read sequence %, and you cannot grant it', edition_owner, seq
+                USING ERRCODE = '42501', HINT = format('Its owner runs GRANT SELECT ON SEQUENCE %s TO %s, or SELECT shard_id_guard(%L).', seq, edition_owner, seq::text);
+        END IF;
+        EXECUTE format('GRANT SELECT ON SEQUENCE %s TO %s', seq, edition_owner);
+    END IF;
+    PERFORM @extschema@._shard_id_make_guard(seq);
+END $$;
+
+CREATE FUNCTION @extschema@._shard_id_make_guard(seq regclass) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    name_o text := 'shard_id_guard_' || seq::oid || '_o';
+    name_b text := 'shard_id_guard_' || seq::oid || '_b';
+BEGIN
+    IF @extschema@._shard_id_register(seq, 'o') IS NOT NULL THEN
+        RETURN;  -- (made already)
+    END IF;
+    EXECUTE format('CREATE SEQUENCE @extschema@.%I AS bigint MINVALUE -9223372036854775808 NO MAXVALUE CACHE 1', name_o);
+    EXECUTE format('CREATE SEQUENCE @extschema@.%I AS bigint MINVALUE -9223372036854775808 NO MAXVALUE CACHE 1', name_b);
+    EXECUTE format('GRANT SELECT ON SEQUENCE @extschema@.%I, @extschema@.%I TO PUBLIC', name_o, name_b);
+    -- its first epoch: O at the smallest value, then a jump (the registers are new: no draw has
+    -- read them)
+    PERFORM setval(@extschema@._shard_id_register(seq, 'o'), -9223372036854775807 - 1, true);
+    PERFORM setval(@extschema@._shard_id_register(seq, 'b'), -9223372036854775807 - 1, true);
+    PERFORM @extschema@._shard_id_jump(seq);
+END $$;
+
+-- The next id of sequence seq in shard `shard`, guarded: the native function's signature, labels
+-- and ids (layout, epoch), with the millisecond chosen as the top of this file says.
+--
+-- next_shard_id(seq regclass, shard integer) RETURNS bigint VOLATILE STRICT PARALLEL UNSAFE
+--   CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT next_shard_id('photos_id_seq', 5), ...);
+-- Errors: 22003 shard outside 0..8191; 55000 a sequence without a guard (shard_id_guard); 22008
+-- the clock before the epoch, or an id past the layout's 2^40 ms; nextval's own (42501 no USAGE
+-- on the sequence, 42809 not a sequence, 2200H the sequence at its maximum).
+CREATE FUNCTION @extschema@.next_shard_id(seq regclass, shard integer) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE AS $$
+-- (no SET search_path, which costs a quarter of the call: every function and operator is named
+-- with its schema, so that none of the caller's can stand in for it)
+DECLARE
+    n bigint;
+    o bigint;
+    b bigint;
+    now_ms bigint;
+    ms bigint;
+BEGIN
+    IF shard OPERATOR(pg_catalog.<) 0 OR shard OPERATOR(pg_catalog.>) 8191 THEN
+        PERFORM @extschema@._shard_id_raise('22003', pg_catalog.format('pg_shard_id: shard %s is outside 0..8191', shard), NULL);
+    END IF;
+    n := pg_catalog.nextval(seq);
+    now_ms := @extschema@._shard_id_clock_ms();
+    LOOP
+        o := pg_catalog.pg_sequence_last_value(@extschema@._shard_id_register(seq, 'o'));
+        b := pg_catalog.pg_sequence_last_value(@extschema@._shard_id_register(seq, 'b'));
+        ms := (n OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.+) o;
+        -- (a pending O, or no guard: NULL, not taken)
+        EXIT WHEN (n OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.>=) b AND ms OPERATOR(pg_catalog.>=) now_ms;
+        PERFORM @extschema@._shard_id_jump(seq);
+        b := pg_catalog.pg_sequence_last_value(@extschema@._shard_id_register(seq, 'b'));
+        IF (n OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.<) b THEN
+            n := pg_catalog.nextval(seq);  -- drawn before the jump, in an older block: not used
+        END IF;
+    END LOOP;
+    IF now_ms OPERATOR(pg_catalog.<) 0 OR ms OPERATOR(pg_catalog.>) 1099511627775 THEN
+        PERFORM @extschema@._shard_id_raise('22008', CASE WHEN now_ms OPERATOR(pg_catalog.<) 0
+                                                          THEN 'pg_shard_id: the clock is before the epoch'
+                                                          ELSE 'pg_shard_id: the id would pass the layout''s horizon (2^40 ms after the epoch)' END,
+                                            NULL);
+    END IF;
+    RETURN (ms OPERATOR(pg_catalog.<<) 23) OPERATOR(pg_catalog.|) (shard::bigint OPERATOR(pg_catalog.<<) 10)
+           OPERATOR(pg_catalog.|) (n OPERATOR(pg_catalog.&) 1023);
+END $$;
+
+-- next_shard_id(seq regclass) RETURNS bigint: with this database's node number in the shard
+-- field (shard_id_configure(node => ...)); 55000 when none is set.
+CREATE FUNCTION @extschema@.next_shard_id(seq regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    node integer := @extschema@._shard_id_node();
+BEGIN
+    IF node IS NULL THEN
+        RAISE EXCEPTION 'pg_shard_id: this database has no node number'
+            USING ERRCODE = '55000', HINT = 'Its edition''s owner runs SELECT @extschema@.shard_id_configure(node => 5).';
+    END IF;
+    RETURN @extschema@.next_shard_id(seq, node);
+END $$;
+
+

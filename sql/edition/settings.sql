@@ -1,0 +1,59 @@
+-- pg_shard_id, SQL edition: the settings of a database (its epoch and node number), read by every
+-- id and decoder, and the helpers the other parts share. See generate.sql for the guard.
+
+-- Raises an ERROR with this SQLSTATE, message and hint (NULL: none); for the SQL functions.
+CREATE FUNCTION @extschema@._shard_id_raise(sqlstate text, message text, hint text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF hint IS NULL THEN
+        RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message;
+    END IF;
+    RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message, HINT = hint;
+END $$;
+
+-- The epoch and node of this database, in force for every id: set by the edition's owner only
+-- (shard_id_configure below), never by a session (a session that could change them could repeat
+-- ids). Kept as the bodies of two SQL functions, which the planner inlines: no table read per id.
+CREATE FUNCTION @extschema@._shard_id_epoch_ms() RETURNS bigint
+LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN 1767225600000;
+
+CREATE FUNCTION @extschema@._shard_id_node() RETURNS integer
+LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN NULL::integer;
+
+-- Milliseconds since the epoch by the server's clock.
+CREATE FUNCTION @extschema@._shard_id_clock_ms() RETURNS bigint
+LANGUAGE sql VOLATILE PARALLEL SAFE
+RETURN pg_catalog.floor(pg_catalog.extract('epoch', pg_catalog.clock_timestamp()) OPERATOR(pg_catalog.*) 1000)::bigint
+       OPERATOR(pg_catalog.-) @extschema@._shard_id_epoch_ms();
+
+-- Sets this database's epoch or node number (the edition's owner only). The epoch may change only
+-- while no sequence has a guard (no id was made by the old one).
+--
+-- shard_id_configure(epoch timestamptz DEFAULT NULL, node integer DEFAULT NULL) RETURNS void
+--   SELECT shard_id_configure(node => 5);
+-- Errors: 55000 an epoch changed after ids were made; 22023 an epoch that is not a whole
+-- millisecond; 22003 a node outside 0..8191.
+CREATE FUNCTION @extschema@.shard_id_configure(epoch timestamptz DEFAULT NULL, node integer DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    epoch_ms numeric := floor(extract(epoch FROM epoch) * 1000);
+BEGIN
+    IF epoch IS NOT NULL THEN
+        IF NOT isfinite(epoch) OR extract(epoch FROM epoch) * 1000 <> epoch_ms THEN
+            RAISE EXCEPTION 'pg_shard_id: epoch % is not a finite timestamp with whole milliseconds', epoch USING ERRCODE = '22023';
+        END IF;
+        IF epoch_ms <> @extschema@._shard_id_epoch_ms() AND EXISTS (
+               SELECT FROM pg_class c WHERE c.relnamespace = '@extschema@'::regnamespace AND starts_with(c.relname, 'shard_id_guard_')) THEN
+            RAISE EXCEPTION 'pg_shard_id: ids were made with epoch %', to_timestamp(@extschema@._shard_id_epoch_ms() / 1000.0)
+                USING ERRCODE = '55000', HINT = 'The epoch is fixed once a sequence has a guard: ids made by another would repeat or run backwards.';
+        END IF;
+        EXECUTE format('CREATE OR REPLACE FUNCTION @extschema@._shard_id_epoch_ms() RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN %s', epoch_ms);
+    END IF;
+    IF node IS NOT NULL THEN
+        IF node < 0 OR node > 8191 THEN
+            RAISE EXCEPTION 'pg_shard_id: node % is outside 0..8191', node USING ERRCODE = '22003';
+        END IF;
+        EXECUTE format('CREATE OR REPLACE FUNCTION @extschema@._shard_id_node() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN %s', node);
+    END IF;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.shard_id_configure(timestamptz, integer) FROM PUBLIC;
