@@ -18,7 +18,7 @@ mkdir -p "$out"
 script="$out/pg_shard_id_sql--$version.sql"
 {
     echo "-- pg_shard_id $version, SQL edition: made by scripts/sql_edition.sh from sql/edition/ (do not edit)"
-    for part in ${SQL_EDITION_PARTS:-settings generate decode}; do
+    for part in ${SQL_EDITION_PARTS:-settings generate switch decode}; do
         echo
         cat "sql/edition/$part.sql"
     done
