@@ -7,6 +7,9 @@
 #       into `pg_config --pkglibdir` and `pg_config --sharedir`/extension (INSTALL.txt inside says so).
 #       No .deb for them: Debian 12 has no postgresql-16, -17 or -18 package here for one to depend
 #       on and install into, so such a .deb could be neither installed as a user would nor tested.
+#   The SQL edition (any PostgreSQL 15+, no library; issue 56):
+#       pg_shard_id_sql-VERSION.tar.gz with scripts/sql_edition.sh's four files (the plain script,
+#       the pg_tle installer, the extension script and its control file) and a SHA256SUMS.
 # Each package holds the library, the control file, the current version's install script and every
 # upgrade script (sql/pg_shard_id--A--B.sql), which is all CREATE EXTENSION and
 # ALTER EXTENSION ... UPDATE need. It has no maintainer scripts: it does not edit postgresql.conf or
@@ -105,6 +108,15 @@ majors=("$@")
 [ ${#majors[@]} -gt 0 ] || read -r -a majors <<<"${PG_VERSIONS:-15 16 17 18}"
 mkdir -p "$RUN_DIR"
 built=()
+# the SQL edition: one tarball for every version (it is SQL); listed first, so that the last line
+# stays the last version's package (tests/package/run.sh takes it)
+sql_name="pg_shard_id_sql-$EXTENSION_VERSION"
+rm -rf "$RUN_DIR/$sql_name"
+bash "$REPO/scripts/sql_edition.sh" "$RUN_DIR/$sql_name" >/dev/null
+(cd "$RUN_DIR/$sql_name" && sha256sum -- * > SHA256SUMS)
+mkdir -p "$OUT"
+tar -C "$RUN_DIR" --owner=0 --group=0 --sort=name -czf "$OUT/$sql_name.tar.gz" "$sql_name"
+built+=("$OUT/$sql_name.tar.gz")
 for major in "${majors[@]}"; do
     select_pg "$major"
     say "packaging pg_shard_id $EXTENSION_VERSION for PostgreSQL $major"

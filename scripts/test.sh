@@ -20,6 +20,10 @@
 #      session's temporary table, two writers with one node number), then the seeded lifecycle
 #      fuzzer over schema shapes, copy paths and events (tests/guarantee/fuzz.py, 20 fixed seeds,
 #      half on each version);
+#      tests/sql_edition: the SQL edition (issue 56) installed as a plain script by a role that is
+#      not a superuser and through pg_tle (built from ../shared/vendor), the same results as the
+#      native functions, bursts, sessions, CACHE, rollbacks, crashes and clock steps, its seeded
+#      fuzzer (10 seeds), and the switch to the native extension without a repeat;
 #      tests/mask: masking's threat model (a key rotation seen by every process of a parallel
 #      query at once, a key file of another OS user, a restored copy and a promoted standby's
 #      view of a key id given another key)
@@ -143,6 +147,8 @@ for version in $PG_VERSIONS; do
         bash tests/guarantee/run.sh
     every_stage && stage "PostgreSQL $PG_MAJOR: masking's threat model (a rotation across parallel workers, key files, copies)" \
         bash tests/mask/run.sh
+    every_stage && stage "PostgreSQL $PG_MAJOR: the SQL edition (plain script, pg_tle, the same results, attacks, fuzzer, to the native one)" \
+        env FUZZ_SEED="${FUZZ_SEED:-$first_seed}" bash tests/sql_edition/run.sh
     stage "PostgreSQL $PG_MAJOR: upgrade from every released version" bash tests/upgrade/run.sh
     if [ "$PG_MAJOR" = 18 ] && [[ " $test_build_in " == *" 17 "* ]]; then
         stage "PostgreSQL 17 -> 18: pg_upgrade after a lead, the epoch missing" bash tests/upgrade/pg_upgrade.sh 17 18

@@ -76,11 +76,21 @@ BEGIN
     BEGIN
         PERFORM pg_advisory_lock(key);
         locked := true;
-        EXECUTE format('SELECT last_value FROM %s', reg_o) INTO o;
+        -- (the registers and the sequence read by pg_sequence_last_value, a function call: the
+        -- statement that reads a relation's row costs a parse and a plan per jump; it gives NULL
+        -- for a register left pending by a jump cut short, or a sequence not drawn from since it
+        -- was made or set, which the statement reads)
+        o := pg_sequence_last_value(reg_o);
+        IF o IS NULL THEN
+            EXECUTE format('SELECT last_value FROM %s', reg_o) INTO o;
+        END IF;
         PERFORM setval(reg_o, o, false);                                    -- 1. pending
-        EXECUTE format('SELECT last_value, is_called FROM %s', seq) INTO l, called;  -- 2.
-        IF NOT called THEN
-            l := l - 1;  -- (nothing drawn since it was created or set: its next value is last_value)
+        l := pg_sequence_last_value(seq);                                   -- 2.
+        IF l IS NULL THEN
+            EXECUTE format('SELECT last_value, is_called FROM %s', seq) INTO l, called;
+            IF NOT called THEN
+                l := l - 1;  -- (its next value is last_value)
+            END IF;
         END IF;
         b := l >> 10;                                                       -- 3.
         now_ms := @extschema@._shard_id_clock_ms();

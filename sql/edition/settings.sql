@@ -2,8 +2,10 @@
 -- id and decoder, and the helpers the other parts share. See generate.sql for the guard.
 
 -- Raises an ERROR with this SQLSTATE, message and hint (NULL: none); for the SQL functions.
+-- VOLATILE, so that the planner never calls it early for constant arguments in a CASE branch not
+-- taken; PARALLEL SAFE, as the functions that call it.
 CREATE FUNCTION @extschema@._shard_id_raise(sqlstate text, message text, hint text) RETURNS bigint
-LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     IF hint IS NULL THEN
         RAISE EXCEPTION USING ERRCODE = sqlstate, MESSAGE = message;

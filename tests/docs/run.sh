@@ -51,6 +51,9 @@ start_cluster docs yes "fsync = off"
 key() { printf "%02x" $(seq "$1" $(($1 + 31))); } # 32 fixed bytes as hex: a test key, not a secret
 as_pg sh -c "umask 077 && printf 'key 1 %s\nkey 2 %s\ncurrent 1\n' '$(key 0)' '$(key 32)' > '$PGHOST/data/pg_shard_id.keys'"
 export PGHOST PGPORT PGUSER
+# (docs/managed.md's session installs the SQL edition's plain script first: sql_examples.py)
+bash "$REPO/scripts/sql_edition.sh" "$RUN_DIR/docs/sql_edition" >/dev/null
+export SQL_EDITION_SCRIPT="$RUN_DIR/docs/sql_edition/pg_shard_id_sql.sql"
 files=("$REPO/README.md" "$REPO"/docs/*.md)
 if (cd "$REPO" && python3 "$HERE/sql_examples.py" "${files[@]#"$REPO/"}") >"$RUN_DIR/docs/examples.out" 2>&1; then
     ok=yes

@@ -9,6 +9,11 @@ between are allowed):
     <!-- sql: output -->               a ```text block: the psql output of the block before it,
                                         compared after masking timestamps and ids
 
+A page that shows the SQL edition (docs/managed.md) says so anywhere in its text with
+`<!-- docs: sql-edition -->`: its session first installs the edition's plain script into schema
+ids (the file named by $SQL_EDITION_SCRIPT, which tests/docs/run.sh builds with
+scripts/sql_edition.sh), beside the native extension in public.
+
 Any ERROR fails the block that raised it (psql stops there: the file's later blocks are not
 run). Output is psql's default aligned format with the row-count footer off; the comparison
 ignores runs of blanks and the length of the header rule, and masks timestamps (2026-11-22
@@ -139,6 +144,9 @@ def run_file(path, blocks, database, env):
     script, spans = [], []  # spans: (first script line, last script line, block)
     if not any(re.search(r"CREATE\s+EXTENSION\s+(IF\s+NOT\s+EXISTS\s+)?pg_shard_id", b.text, re.I) for b in sql):
         script.append("SET client_min_messages = warning; CREATE EXTENSION pg_shard_id; RESET client_min_messages;")
+    with open(path, encoding="utf-8") as f:
+        if "<!-- docs: sql-edition -->" in f.read():
+            script += ["\\set schema ids", f"\\i {os.environ['SQL_EDITION_SCRIPT']}"]
     for n, b in enumerate(sql):
         script.append(f"\\echo '<<<docs block {n}>>>'")
         first = len(script) + 1

