@@ -13,7 +13,6 @@ Run by scripts/bench.sh's full run; its output is the table docs/managed.md#cost
 import argparse
 import os
 import re
-import subprocess
 import sys
 import threading
 import time
@@ -24,7 +23,7 @@ sys.path.insert(0, os.path.join(REPO, "tests", "guarantee"))
 sys.path.insert(0, os.path.join(REPO, "tests", "sql_edition"))
 
 from pgcluster import PG_BIN, Cluster, as_postgres  # noqa: E402
-from conftest import BUILD, install_plain  # noqa: E402
+from conftest import BUILD, build_edition, install_plain  # noqa: E402
 
 
 def main():
@@ -32,10 +31,7 @@ def main():
     ap.add_argument("--ids", type=int, default=200000)
     ap.add_argument("--seconds", type=int, default=10)
     args = ap.parse_args()
-    subprocess.run(["bash", os.path.join(REPO, "scripts", "sql_edition.sh"), BUILD], check=True, capture_output=True)
-    os.chmod(BUILD, 0o755)
-    for name in os.listdir(BUILD):
-        os.chmod(os.path.join(BUILD, name), 0o644)
+    build_edition()
     c = Cluster("bench_sql_edition", conf=["max_connections = 20"])
     try:
         install_plain(c, "postgres", BUILD)  # schema ids

@@ -40,6 +40,16 @@ def filled(conn, table, time_column, seq, shard=5):
     conn.execute("CALL shard_id_convert(%s, 500)", (table,))
 
 
+def up_to_the_swap(conn, table):
+    """Runs every step of the finish before the swap."""
+    for _ in range(99):
+        if one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_inventory(%s) WHERE phase = 'finish' AND NOT done",
+               (table,)) == 0:
+            return
+        one(conn, "SELECT _pg_shard_id.finish_step(%s, 'public')", (table,))
+    raise AssertionError("the finish did not reach the swap")
+
+
 def references_kept(conn, child, fk, parent="purchases"):
     """Every reference of `child` points, through the new keys, at the row its old key named."""
     return one(conn, f"SELECT count(*) FROM {child} c JOIN {parent} p ON p.id = c.{fk} "
@@ -196,11 +206,7 @@ def test_the_swap_waits_for_a_writer_holding_the_table_then_its_referencing_tabl
     with cluster.connect(db) as conn:
         purchases(conn)
         filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
-        for _ in range(99):  # every step before the swap
-            if one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_inventory('purchases') "
-                         "WHERE phase = 'finish' AND NOT done") == 0:
-                break
-            one(conn, "SELECT _pg_shard_id.finish_step('purchases', 'public')")
+        up_to_the_swap(conn, "purchases")
         errors = []
         with cluster.connect(db, autocommit=False) as writer:
             key = one(writer, "INSERT INTO purchases (item) VALUES ('held') RETURNING id")
@@ -321,11 +327,7 @@ def test_a_reader_of_a_view_is_never_the_deadlock_victim_of_the_swap(cluster, db
         conn.execute("CREATE POLICY known ON audit USING (ref IN (SELECT id FROM purchases))")
         conn.execute("CREATE VIEW recent AS SELECT id, item FROM purchases WHERE id > 10")
         filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
-        for _ in range(99):  # every step before the swap
-            if one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_inventory('purchases') "
-                         "WHERE phase = 'finish' AND NOT done") == 0:
-                break
-            one(conn, "SELECT _pg_shard_id.finish_step('purchases', 'public')")
+        up_to_the_swap(conn, "purchases")
         errors, reader_errors = [], []
         with cluster.connect(db, autocommit=False) as holder, cluster.connect(db) as reader:
             holder.execute("LOCK TABLE audit IN ACCESS SHARE MODE")  # stalls the swap at the rule's table

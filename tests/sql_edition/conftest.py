@@ -16,15 +16,20 @@ from pgcluster import PG_BIN, Cluster  # noqa: E402
 BUILD = os.path.join(os.environ.get("PG_SHARD_ID_RUN_DIR", "/tmp/pg_shard_id"), "sql_edition")
 
 
+def build_edition(folder=BUILD):
+    """Builds the edition into folder (scripts/sql_edition.sh), readable by the postgres user."""
+    subprocess.run(["bash", os.path.join(REPO, "scripts", "sql_edition.sh"), folder], check=True,
+                   capture_output=True)
+    os.chmod(folder, 0o755)
+    for name in os.listdir(folder):
+        os.chmod(os.path.join(folder, name), 0o644)
+    return folder
+
+
 @pytest.fixture(scope="session")
 def edition():
-    """The folder of the built edition (scripts/sql_edition.sh)."""
-    subprocess.run(["bash", os.path.join(REPO, "scripts", "sql_edition.sh"), BUILD], check=True,
-                   capture_output=True)
-    os.chmod(BUILD, 0o755)
-    for name in os.listdir(BUILD):
-        os.chmod(os.path.join(BUILD, name), 0o644)
-    return BUILD
+    """The folder of the built edition."""
+    return build_edition()
 
 
 @pytest.fixture(scope="module")

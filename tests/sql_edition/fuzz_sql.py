@@ -25,9 +25,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(os.path.dirname(HERE), "guarantee"))
 sys.path.insert(0, HERE)
 
-from conftest import BUILD, REPO, install_plain  # noqa: E402
+from conftest import BUILD, build_edition, install_plain  # noqa: E402
 from pgcluster import Cluster  # noqa: E402
-import subprocess  # noqa: E402
 
 
 def run_seed(cluster, seed, log):
@@ -136,10 +135,7 @@ def main():
     parser.add_argument("--seed", type=int, default=1)
     parser.add_argument("--soak", type=int, default=0)
     args = parser.parse_args()
-    subprocess.run(["bash", os.path.join(REPO, "scripts", "sql_edition.sh"), BUILD], check=True, capture_output=True)
-    os.chmod(BUILD, 0o755)
-    for name in os.listdir(BUILD):
-        os.chmod(os.path.join(BUILD, name), 0o644)
+    build_edition()
     cluster = Cluster("sqled_fuzz", preload=False, fake_clock=True)
     passed = failed = 0
     try:
