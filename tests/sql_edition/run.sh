@@ -5,7 +5,8 @@
 # path (pg_tle built from ../shared/vendor/pg_tle-1.5.3.tar.gz into this PostgreSQL once, seconds;
 # log in $RUN_DIR/pg_tle-build-MAJOR.log); the same results as the native extension for every
 # decode case (tests/sql_edition/cases.sql; the native one needs a build of pg_shard_id installed,
-# as scripts/test.sh does); bursts, sessions, CACHE, rollbacks, crashes and clock steps
+# as scripts/test.sh does); bursts, sessions, CACHE, rollbacks, crashes and clock steps; the switch to
+# the native extension without a repeat (test_to_native.py, with the same build)
 # (libfaketime); and the seeded fuzzer (fuzz_sql.py) for FUZZ_SQL_SEEDS seeds (default 10) from
 # FUZZ_SEED (default 1). Ends with "N passed, M failed".
 source "$(dirname "$0")/../../scripts/lib.sh"
@@ -38,7 +39,7 @@ export PG_BIN PG_SHARD_ID_RUN_DIR="$RUN_DIR"
 cd "$HERE"
 status=0
 say "the SQL edition: installs, same results, attacks (PostgreSQL $PG_MAJOR)"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider test_sql_edition.py test_pg_tle.py test_same_results.py "$@" || status=1
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=10 test_sql_edition.py test_pg_tle.py test_same_results.py test_to_native.py "$@" || status=1
 say "the SQL edition's seeded fuzzer (PostgreSQL $PG_MAJOR)"
 "$VENV/bin/python" fuzz_sql.py --seeds "${FUZZ_SQL_SEEDS:-10}" --seed "${FUZZ_SEED:-1}" || status=1
 exit "$status"
