@@ -5,9 +5,9 @@
 # path (pg_tle built from ../shared/vendor/pg_tle-1.5.3.tar.gz into this PostgreSQL once, seconds;
 # log in $RUN_DIR/pg_tle-build-MAJOR.log); the same results as the native extension for every
 # decode case (tests/sql_edition/cases.sql; the native one needs a build of pg_shard_id installed,
-# as scripts/test.sh does); bursts, sessions, CACHE, rollbacks, crashes and clock steps; the switch to
-# the native extension without a repeat (test_to_native.py, with the same build)
-# (libfaketime); and the seeded fuzzer (fuzz_sql.py) for FUZZ_SQL_SEEDS seeds (default 10) from
+# as scripts/test.sh does); bursts, sessions, CACHE, rollbacks, crashes and clock steps
+# (libfaketime); the switch to the native extension without a repeat (test_to_native.py, with the
+# same build); and the seeded fuzzer (fuzz_sql.py) for FUZZ_SQL_SEEDS seeds (default 10) from
 # FUZZ_SEED (default 1). Ends with "N passed, M failed".
 source "$(dirname "$0")/../../scripts/lib.sh"
 HERE="$REPO/tests/sql_edition"
