@@ -52,6 +52,24 @@ CREATE FUNCTION @extschema@._shard_id_lock_key(seq regclass) RETURNS bigint
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
 RETURN (7142339 :: bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) seq::oid::bigint;
 
+-- The highest value seq has given to any session (cached or not): its last value, or the one
+-- before when it was not drawn from since it was made or set. Called by the jump, as its owner.
+CREATE FUNCTION @extschema@._shard_id_last_value(seq regclass) RETURNS bigint
+LANGUAGE plpgsql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    l bigint := pg_sequence_last_value(seq);  -- (a function call; NULL when not drawn from)
+    called boolean;
+BEGIN
+    IF l IS NULL THEN
+        EXECUTE format('SELECT last_value, is_called FROM %s', seq) INTO l, called;
+        IF NOT called THEN
+            l := l - 1;  -- (its next value is last_value)
+        END IF;
+    END IF;
+    RETURN l;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@._shard_id_last_value(regclass) FROM PUBLIC;
+
 -- A jump: see the top of this file. SECURITY DEFINER: only the edition's owner writes the
 -- registers (a role that could set them could repeat ids). Anyone may call it: it only ever moves
 -- the offset up to the clock's millisecond, which every draw may do.
@@ -64,7 +82,6 @@ DECLARE
     locked boolean := false;
     o bigint;
     l bigint;
-    called boolean;
     b bigint;
     now_ms bigint;
 BEGIN
@@ -76,23 +93,25 @@ BEGIN
     BEGIN
         PERFORM pg_advisory_lock(key);
         locked := true;
-        -- (the registers and the sequence read by pg_sequence_last_value, a function call: the
-        -- statement that reads a relation's row costs a parse and a plan per jump; it gives NULL
-        -- for a register left pending by a jump cut short, or a sequence not drawn from since it
-        -- was made or set, which the statement reads)
+        -- (the registers read by pg_sequence_last_value, a function call: the statement that
+        -- reads a relation's row costs a parse and a plan per jump; it gives NULL for a register
+        -- left pending by a jump cut short, which the statement reads)
+        -- a sequence set back (setval, ALTER SEQUENCE ... RESTART) below the blocks its guard
+        -- has covered would give values again whose ids were made: refused until it passes them
+        b := pg_sequence_last_value(reg_b);
+        IF (@extschema@._shard_id_last_value(seq) >> 10) < b THEN
+            RAISE EXCEPTION 'pg_shard_id: sequence % was set back below the values its guard has covered', seq
+                USING ERRCODE = '55000', HINT = format('Move it past them: SELECT setval(%L, %s);', seq::text, b * 1024);
+        END IF;
         o := pg_sequence_last_value(reg_o);
         IF o IS NULL THEN
             EXECUTE format('SELECT last_value FROM %s', reg_o) INTO o;
         END IF;
         PERFORM setval(reg_o, o, false);                                    -- 1. pending
-        l := pg_sequence_last_value(seq);                                   -- 2.
-        IF l IS NULL THEN
-            EXECUTE format('SELECT last_value, is_called FROM %s', seq) INTO l, called;
-            IF NOT called THEN
-                l := l - 1;  -- (its next value is last_value)
-            END IF;
-        END IF;
-        b := l >> 10;                                                       -- 3.
+        l := @extschema@._shard_id_last_value(seq);                         -- 2.
+        -- 3. (never below the last epoch's: a sequence set back by setval leaves its old values'
+        -- blocks behind the guard, and next_shard_id refuses its values until it passes them)
+        b := greatest(l >> 10, b);
         now_ms := @extschema@._shard_id_clock_ms();
         o := greatest(o, now_ms - b);
         PERFORM setval(reg_b, b, true);                                     -- 4.

@@ -265,3 +265,17 @@ def test_a_jump_asked_for_by_any_role_never_takes_ids_back(fake, edition):
             after += draw(conn, 50)
     assert min(after) > max(before)
     assert after == sorted(after) and len(set(after)) == len(after)
+
+
+def test_a_sequence_set_back_is_refused_until_it_passes_its_guard(cluster, db):
+    """setval back below values already used: refused with the setval that moves it on (the guard
+    followed the sequence down before, and the ids of the values drawn again could repeat)."""
+    with app(cluster, db) as conn:
+        before = draw(conn, 5000)
+        conn.execute("SELECT setval('s', 10)")
+        with pytest.raises(psycopg.Error) as e:
+            one(conn, "SELECT ids.next_shard_id('s', 5)")
+        assert e.value.sqlstate == "55000"
+        conn.execute(e.value.diag.message_hint.removeprefix("Move it past them: "))
+        after = draw(conn, 5000)
+    assert min(after) > max(before) and len(set(after)) == 5000
