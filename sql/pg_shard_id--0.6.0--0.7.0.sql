@@ -551,7 +551,7 @@ DECLARE
     floor_id bigint;
     analyzed boolean;
     -- the relations the swap's carries lock besides the tables (views, rules' and policies'
-    -- tables): taken first, in the order their readers take them (issue 55)
+    -- tables): taken with them, before the table, in the order their readers take them (issue 55)
     locked_first regclass[] := '{}';
 BEGIN
     fire_triggers := coalesce(fire_triggers, false);
@@ -1208,12 +1208,12 @@ BEGIN
     steps := steps || _pg_shard_id.step(600, 'swap', 'old key column', format('table %s', tbl), 'lock', 'ACCESS EXCLUSIVE on each, lock_timeout 10 s',
                                         (SELECT 'LOCK TABLE ' || string_agg(t.rel::text, ', ' ORDER BY t.tier, t.rel::oid) || ' IN ACCESS EXCLUSIVE MODE'
                                            FROM (SELECT DISTINCT ON (lk.rel) lk.rel, lk.tier
-                                                   FROM (SELECT cc.top AS rel, CASE WHEN cc.top = tbl THEN 2 ELSE 1 END AS tier
+                                                   FROM (SELECT cc.top AS rel, CASE WHEN cc.top = tbl THEN 3 ELSE 1 END AS tier
                                                            FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
                                                          UNION ALL
-                                                         SELECT l, 0 FROM unnest(locked_first) l) lk
+                                                         SELECT l, 2 FROM unnest(locked_first) l) lk
                                                   ORDER BY lk.rel, lk.tier DESC) t),
-                                        'the views, rules'' and policies'' tables the swap carries, then each referencing table, then the table (the order readers and writers take them in: a query on a view locks the view, then its tables; an insert into a referencing table locks it, then checks the table), until the commit; no scan runs under the locks (the referencing rows written since the last sweep are found through the new columns'' indexes)', finished);
+                                        'each referencing table, then the views, rules'' and policies'' tables the swap carries, then the table (the order readers and writers take them in: an insert into a referencing table locks it, then checks the table; a query on a view locks the view, then its tables, and LOCK on a view locks its tables too, so views come after the referencing tables), until the commit; no scan runs under the locks (the referencing rows written since the last sweep are found through the new columns'' indexes)', finished);
     FOR c IN SELECT ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref LOOP
         steps := steps || _pg_shard_id.step(605, 'swap', 'foreign key to the key', format('constraint %I on %s', c.conname, c.rel), 'drop', NULL,
                                             format('ALTER TABLE %s DROP CONSTRAINT %I', c.rel, c.conname), 'made again on the new columns below', finished);
@@ -1378,8 +1378,11 @@ BEGIN
     RETURN NEW;
 EXCEPTION WHEN data_exception OR program_limit_exceeded THEN
     -- a time no id at a past time can have (before the epoch, -infinity) or a full history: a
-    -- live id, as a row inserted now gets
-    NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0], @extschema@.next_shard_id(TG_ARGV[2]::oid::regclass, TG_ARGV[3]::integer)));
+    -- live id, as a row inserted now gets, when the writer may draw one (a role that may only
+    -- update: the row is left to the batches and the sweeps)
+    IF has_sequence_privilege(TG_ARGV[2]::oid, 'USAGE, UPDATE') THEN
+        NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0], @extschema@.next_shard_id(TG_ARGV[2]::oid::regclass, TG_ARGV[3]::integer)));
+    END IF;
     RETURN NEW;
 WHEN object_not_in_prerequisite_state OR insufficient_privilege OR lock_not_available OR deadlock_detected THEN
     -- the new column's index is not built yet (between the prepare and the index build), or the
@@ -1442,8 +1445,9 @@ CREATE TABLE _pg_shard_id.conversion_deleted (
 CREATE INDEX ON _pg_shard_id.conversion_deleted (relid, new_id);
 ALTER TABLE _pg_shard_id.conversion_deleted ENABLE ROW LEVEL SECURITY;
 -- Read and removed by each table's owner; written by the trigger below, with the rights of the
--- role that deleted the row (any role that may delete from a table being converted): a row only
--- for a table with that trigger, which exists from the prepare to the swap.
+-- role that deleted the row: a row only for a table with that trigger, which exists from the
+-- prepare to the swap, by a role that may delete or update rows of it (or of a partition of it:
+-- the outside review found any role filling it with rows the swap would read under its locks).
 CREATE POLICY owner_reads ON _pg_shard_id.conversion_deleted FOR SELECT
     USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
 CREATE POLICY owner_removes ON _pg_shard_id.conversion_deleted FOR DELETE
@@ -1474,7 +1478,9 @@ END $$;
 
 CREATE POLICY trigger_records ON _pg_shard_id.conversion_deleted FOR INSERT
     WITH CHECK (EXISTS (SELECT FROM pg_trigger t
-                         WHERE t.tgrelid = relid AND t.tgfoid = '_pg_shard_id.conversion_note_deleted()'::regprocedure));
+                         WHERE t.tgrelid = relid AND t.tgfoid = '_pg_shard_id.conversion_note_deleted()'::regprocedure)
+                AND EXISTS (SELECT FROM _pg_shard_id.tree(relid::regclass) m
+                             WHERE has_table_privilege(m, 'DELETE') OR has_table_privilege(m, 'UPDATE')));
 
 -- The user's triggers and rules that the batches' UPDATEs would fire: on each relation the
 -- batches write, enabled, for UPDATE (an UPDATE OF trigger only when it lists the new column, the

@@ -17,7 +17,7 @@
 -- value's block starts at the clock's millisecond. Each sequence's guard is two sequences of
 -- ours, `<schema>.shard_id_guard_<oid>_o` (O) and `..._b` (B, the first block of O's epoch):
 --
---   jump (under an advisory lock on the sequence, SECURITY DEFINER):
+--   jump (its row of shard_id_guards locked, SECURITY DEFINER):
 --     1. O's register is made "pending" (setval(.., false): pg_sequence_last_value gives NULL)
 --     2. L := the sequence's last value (the highest value any session holds, cached or not)
 --     3. B := L >> 10;  O := max(O, clock - B)          4. B written      5. O written, not pending
@@ -47,10 +47,25 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE
 RETURN pg_catalog.to_regclass('@extschema@.shard_id_guard_' OPERATOR(pg_catalog.||) seq::oid::text
                               OPERATOR(pg_catalog.||) '_' OPERATOR(pg_catalog.||) which);
 
--- The advisory lock of seq's jumps (one 64-bit key: a constant, then the sequence's oid).
-CREATE FUNCTION @extschema@._shard_id_lock_key(seq regclass) RETURNS bigint
-LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE
-RETURN (7142339 :: bigint OPERATOR(pg_catalog.<<) 32) OPERATOR(pg_catalog.|) seq::oid::bigint;
+-- The guarded sequences: one row each, written by the edition's owner only. A jump locks its
+-- sequence's row (FOR UPDATE needs UPDATE on this table, which no other role has: no role can hold
+-- the jumps up; an advisory lock could be taken by anyone). `seq` is a regclass, which pg_dump
+-- writes as the sequence's name: after a restore it names the restored sequence, whose oid has
+-- changed, and `registers_of` the oid the registers are named by (shard_id_guard renames them).
+CREATE TABLE @extschema@.shard_id_guards (
+    seq regclass PRIMARY KEY,
+    registers_of oid NOT NULL
+);
+REVOKE ALL ON @extschema@.shard_id_guards FROM PUBLIC;
+-- (installed as an extension, by pg_tle or a control file: its rows are the user's, dumped by
+-- pg_dump; the plain script's table is dumped anyway)
+DO $config_dump$
+BEGIN
+    PERFORM pg_catalog.pg_extension_config_dump('@extschema@.shard_id_guards', '');
+EXCEPTION WHEN feature_not_supported THEN
+    NULL;  -- (not run by CREATE EXTENSION)
+END
+$config_dump$;
 
 -- The highest value seq has given to any session (cached or not): its last value, or the one
 -- before when it was not drawn from since it was made or set. Called by the jump, as its owner.
@@ -78,21 +93,22 @@ LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, 
 DECLARE
     reg_o regclass := @extschema@._shard_id_register(seq, 'o');
     reg_b regclass := @extschema@._shard_id_register(seq, 'b');
-    key bigint := @extschema@._shard_id_lock_key(seq);
-    locked boolean := false;
     o bigint;
     l bigint;
     b bigint;
     now_ms bigint;
 BEGIN
-    IF reg_o IS NULL OR reg_b IS NULL THEN
-        RAISE EXCEPTION 'pg_shard_id: sequence % has no guard', seq
-            USING ERRCODE = '55000',
-                  HINT = format('Its owner runs SELECT @extschema@.shard_id_guard(%L) once, in a transaction of its own.', seq::text);
-    END IF;
+    -- The jump runs in a subtransaction that always ends rolled back (PSJ00 below, or any error:
+    -- a cancel, a timeout): that lets go of the row lock at once, whatever happens, and undoes
+    -- nothing the jump did (setval is not transactional). A jump cut short after step 1 leaves O
+    -- pending: the next one completes it.
     BEGIN
-        PERFORM pg_advisory_lock(key);
-        locked := true;
+        PERFORM FROM @extschema@.shard_id_guards g WHERE g.seq = _shard_id_jump.seq FOR UPDATE;
+        IF NOT FOUND OR reg_o IS NULL OR reg_b IS NULL THEN
+            RAISE EXCEPTION 'pg_shard_id: sequence % has no guard', seq
+                USING ERRCODE = '55000',
+                      HINT = format('Its owner runs SELECT @extschema@.shard_id_guard(%L) once, in a transaction of its own (again after a restore).', seq::text);
+        END IF;
         -- (the registers read by pg_sequence_last_value, a function call: the statement that
         -- reads a relation's row costs a parse and a plan per jump; it gives NULL for a register
         -- left pending by a jump cut short, which the statement reads)
@@ -109,22 +125,15 @@ BEGIN
         END IF;
         PERFORM setval(reg_o, o, false);                                    -- 1. pending
         l := @extschema@._shard_id_last_value(seq);                         -- 2.
-        -- 3. (never below the last epoch's: a sequence set back by setval leaves its old values'
-        -- blocks behind the guard, and next_shard_id refuses its values until it passes them)
+        -- 3. (never below the last epoch's: see the refusal above)
         b := greatest(l >> 10, b);
         now_ms := @extschema@._shard_id_clock_ms();
         o := greatest(o, now_ms - b);
         PERFORM setval(reg_b, b, true);                                     -- 4.
         PERFORM setval(reg_o, o, true);                                     -- 5.
-        PERFORM pg_advisory_unlock(key);
-        locked := false;
-    EXCEPTION WHEN OTHERS OR query_canceled THEN
-        -- (a jump cut short leaves O pending: the next one completes it; the lock is a session's,
-        -- which an error does not release)
-        IF locked THEN
-            PERFORM pg_advisory_unlock(key);
-        END IF;
-        RAISE;
+        RAISE SQLSTATE 'PSJ00';
+    EXCEPTION WHEN SQLSTATE 'PSJ00' THEN
+        NULL;  -- (done)
     END;
 END $$;
 
@@ -144,15 +153,9 @@ LANGUAGE plpgsql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     edition_owner regrole := (SELECT p.proowner::regrole FROM pg_proc p
                                WHERE p.oid = '@extschema@._shard_id_jump(regclass)'::regprocedure);
-    s pg_sequence;
 BEGIN
-    SELECT * INTO s FROM pg_sequence WHERE seqrelid = seq;
-    IF NOT FOUND THEN
+    IF NOT EXISTS (SELECT FROM pg_sequence WHERE seqrelid = seq) THEN
         RAISE EXCEPTION 'pg_shard_id: % is not a sequence', seq USING ERRCODE = '42809';
-    END IF;
-    IF s.seqincrement < 0 OR s.seqcycle THEN
-        RAISE EXCEPTION 'pg_shard_id: sequence % descends or cycles', seq
-            USING ERRCODE = '22023', HINT = 'The SQL edition guards ascending sequences that do not cycle: ALTER SEQUENCE ... INCREMENT BY 1 NO CYCLE.';
     END IF;
     IF NOT has_sequence_privilege(edition_owner, seq, 'SELECT') THEN
         IF NOT (has_sequence_privilege(seq, 'SELECT WITH GRANT OPTION')
@@ -168,15 +171,39 @@ END $$;
 CREATE FUNCTION @extschema@._shard_id_make_guard(seq regclass) RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    name_o text := 'shard_id_guard_' || seq::oid || '_o';
-    name_b text := 'shard_id_guard_' || seq::oid || '_b';
+    s pg_sequence;
+    kept oid := (SELECT g.registers_of FROM @extschema@.shard_id_guards g WHERE g.seq = _shard_id_make_guard.seq);
 BEGIN
-    IF @extschema@._shard_id_register(seq, 'o') IS NOT NULL THEN
-        RETURN;  -- (made already)
+    -- (here, run as the edition's owner, so that no caller can skip them)
+    SELECT * INTO s FROM pg_sequence WHERE seqrelid = seq;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'pg_shard_id: % is not a sequence', seq USING ERRCODE = '42809';
     END IF;
-    EXECUTE format('CREATE SEQUENCE @extschema@.%I AS bigint MINVALUE -9223372036854775808 NO MAXVALUE CACHE 1', name_o);
-    EXECUTE format('CREATE SEQUENCE @extschema@.%I AS bigint MINVALUE -9223372036854775808 NO MAXVALUE CACHE 1', name_b);
-    EXECUTE format('GRANT SELECT ON SEQUENCE @extschema@.%I, @extschema@.%I TO PUBLIC', name_o, name_b);
+    IF s.seqincrement < 0 OR s.seqcycle OR (SELECT relpersistence FROM pg_class WHERE oid = seq) = 't' THEN
+        RAISE EXCEPTION 'pg_shard_id: sequence % descends, cycles or is temporary', seq
+            USING ERRCODE = '22023', HINT = 'The SQL edition guards ascending sequences that do not cycle and outlive a session: ALTER SEQUENCE ... INCREMENT BY 1 NO CYCLE.';
+    END IF;
+    IF kept = seq::oid THEN
+        RETURN;  -- (made already)
+    ELSIF kept IS NOT NULL THEN
+        -- restored by pg_dump (its oid changed): its registers, restored with their values, are
+        -- named by the old one; they become its own again, the offset kept
+        EXECUTE format('ALTER SEQUENCE @extschema@.%I RENAME TO %I', 'shard_id_guard_' || kept || '_o', 'shard_id_guard_' || seq::oid || '_o');
+        EXECUTE format('ALTER SEQUENCE @extschema@.%I RENAME TO %I', 'shard_id_guard_' || kept || '_b', 'shard_id_guard_' || seq::oid || '_b');
+        UPDATE @extschema@.shard_id_guards g SET registers_of = _shard_id_make_guard.seq::oid WHERE g.seq = _shard_id_make_guard.seq;
+        PERFORM @extschema@._shard_id_jump(seq);
+        RETURN;
+    END IF;
+    IF @extschema@._shard_id_register(seq, 'o') IS NOT NULL OR @extschema@._shard_id_register(seq, 'b') IS NOT NULL THEN
+        -- registers named by this oid, of a sequence dropped since: not this one's
+        EXECUTE format('DROP SEQUENCE IF EXISTS @extschema@.%I, @extschema@.%I',
+                       'shard_id_guard_' || seq::oid || '_o', 'shard_id_guard_' || seq::oid || '_b');
+    END IF;
+    EXECUTE format('CREATE SEQUENCE @extschema@.%I AS bigint MINVALUE -9223372036854775808 NO MAXVALUE CACHE 1', 'shard_id_guard_' || seq::oid || '_o');
+    EXECUTE format('CREATE SEQUENCE @extschema@.%I AS bigint MINVALUE -9223372036854775808 NO MAXVALUE CACHE 1', 'shard_id_guard_' || seq::oid || '_b');
+    EXECUTE format('GRANT SELECT ON SEQUENCE @extschema@.%I, @extschema@.%I TO PUBLIC',
+                   'shard_id_guard_' || seq::oid || '_o', 'shard_id_guard_' || seq::oid || '_b');
+    INSERT INTO @extschema@.shard_id_guards AS g (seq, registers_of) VALUES (_shard_id_make_guard.seq, _shard_id_make_guard.seq::oid);
     -- its first epoch: O at the smallest value, then a jump (the registers are new: no draw has
     -- read them)
     PERFORM setval(@extschema@._shard_id_register(seq, 'o'), -9223372036854775807 - 1, true);
@@ -216,9 +243,12 @@ BEGIN
         EXIT WHEN (n OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.>=) b AND ms OPERATOR(pg_catalog.>=) now_ms;
         PERFORM @extschema@._shard_id_jump(seq);
         b := pg_catalog.pg_sequence_last_value(@extschema@._shard_id_register(seq, 'b'));
-        IF (n OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.<) b THEN
-            n := pg_catalog.nextval(seq);  -- drawn before the jump, in an older block: not used
-        END IF;
+        -- values drawn before the jump, in older blocks (a CACHE filled before it): put aside,
+        -- without a jump each (a sequence set back after the jump: the next jump refuses it)
+        FOR i IN 1..1000000 LOOP
+            EXIT WHEN (n OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.>=) b;
+            n := pg_catalog.nextval(seq);
+        END LOOP;
     END LOOP;
     IF now_ms OPERATOR(pg_catalog.<) 0 OR ms OPERATOR(pg_catalog.>) 1099511627775 THEN
         PERFORM @extschema@._shard_id_raise('22008', CASE WHEN now_ms OPERATOR(pg_catalog.<) 0

@@ -44,8 +44,7 @@ BEGIN
         IF NOT isfinite(epoch) OR extract(epoch FROM epoch) * 1000 <> epoch_ms THEN
             RAISE EXCEPTION 'pg_shard_id: epoch % is not a finite timestamp with whole milliseconds', epoch USING ERRCODE = '22023';
         END IF;
-        IF epoch_ms <> @extschema@._shard_id_epoch_ms() AND EXISTS (
-               SELECT FROM pg_class c WHERE c.relnamespace = '@extschema@'::regnamespace AND starts_with(c.relname, 'shard_id_guard_')) THEN
+        IF epoch_ms <> @extschema@._shard_id_epoch_ms() AND EXISTS (SELECT FROM @extschema@.shard_id_guards) THEN
             RAISE EXCEPTION 'pg_shard_id: ids were made with epoch %', to_timestamp(@extschema@._shard_id_epoch_ms() / 1000.0)
                 USING ERRCODE = '55000', HINT = 'The epoch is fixed once a sequence has a guard: ids made by another would repeat or run backwards.';
         END IF;

@@ -26,6 +26,9 @@ BEGIN
     EXECUTE format('SELECT last_value FROM %s', seq) INTO l;
     RETURN timestamptz 'epoch' + ((@extschema@._shard_id_epoch_ms() + (l >> 10) + o) * 1000) * interval '1 microsecond';
 END $$;
+-- (the edition's owner's: it tells how far a sequence has gone, which a role without privileges on
+-- it may not learn; shard_id_switch_to_native is run by the owner too)
+REVOKE ALL ON FUNCTION @extschema@.shard_id_high_water(regclass) FROM PUBLIC;
 
 -- Points every DEFAULT of the database that calls this edition's next_shard_id at the native
 -- extension's, installed in native_schema (CREATE EXTENSION pg_shard_id SCHEMA ...; the library

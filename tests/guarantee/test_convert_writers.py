@@ -356,3 +356,36 @@ def test_a_reader_of_a_view_is_never_the_deadlock_victim_of_the_swap(cluster, db
         assert reader_errors == [], reader_errors
         assert errors == [], errors
         assert one(conn, "SELECT phase FROM _pg_shard_id.conversions WHERE relid = 'purchases'::regclass") == "finished"
+
+
+def test_only_a_writer_of_the_table_records_deleted_rows(cluster, db):
+    """The record of deleted rows takes rows from the deleting role's own trigger: a role with no
+    privilege on the table could fill it (the swap reads it under its locks; the third outside
+    review inserted 1,000,000 rows)."""
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        stranger = role(conn, db, "stranger")
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        conn.execute(f'SET ROLE "{stranger}"')
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            conn.execute("INSERT INTO _pg_shard_id.conversion_deleted VALUES ('purchases'::regclass, 1)")
+        conn.execute("RESET ROLE")
+        conn.execute("CALL shard_id_convert_abandon('purchases')")
+
+
+def test_an_updater_without_usage_on_the_new_sequence_sets_a_time_before_the_epoch(cluster, db):
+    """A role that may update the table but not insert (the prepare grants USAGE on the new
+    sequence to inserters only) moves a row's time before the epoch: the trigger's fallback, a
+    live id, needed USAGE (42501; the third outside review, by reading)."""
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        updater = role(conn, db, "updater")
+        conn.execute(f'GRANT SELECT, UPDATE ON purchases TO "{updater}"')
+        conn.execute("CALL shard_id_convert_prepare('purchases', 'created_at', 'purchases_shard_id_seq', 5)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        conn.execute(f'SET ROLE "{updater}"')
+        conn.execute("UPDATE purchases SET created_at = '2020-01-01 00:00:00+00' WHERE id = 7")
+        conn.execute("RESET ROLE")
+        assert one(conn, "SELECT shard_id IS NULL FROM purchases WHERE id = 7") is True  # (left to the batches)
+        conn.execute("CALL shard_id_convert_abandon('purchases')")

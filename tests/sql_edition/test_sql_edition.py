@@ -279,3 +279,34 @@ def test_a_sequence_set_back_is_refused_until_it_passes_its_guard(cluster, db):
         conn.execute(e.value.diag.message_hint.removeprefix("Move it past them: "))
         after = draw(conn, 5000)
     assert min(after) > max(before) and len(set(after)) == 5000
+
+
+def test_a_dump_restored_into_another_database_goes_on_above(cluster, db, edition):
+    """pg_dump and pg_restore (a new database: every oid changes): the guard's registers are
+    restored with their values, named by the old oid; next_shard_id refuses the sequence (55000)
+    until shard_id_guard, which takes them over, offset kept: the ids go on above the restored
+    ones, even ones ahead of the clock (INCREMENT BY 1024: every value a millisecond further)."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE fast INCREMENT BY 1024")
+        conn.execute("SELECT ids.shard_id_guard('fast')")
+        conn.execute("CREATE TABLE photos (id bigint PRIMARY KEY DEFAULT ids.next_shard_id('fast', 5), x int)")
+        conn.execute("INSERT INTO photos (x) SELECT g FROM generate_series(1, 3000) g")
+        stored = one(conn, "SELECT max(id) FROM photos")
+    dump = os.path.join(cluster.dir, "edition.dump")
+    from pgcluster import as_postgres
+    as_postgres([os.path.join(os.environ["PG_BIN"], "pg_dump"), "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres",
+                 "-Fc", "-f", dump, db])
+    cluster.sql("DROP DATABASE IF EXISTS restored WITH (FORCE)")
+    cluster.sql("CREATE DATABASE restored")
+    as_postgres([os.path.join(os.environ["PG_BIN"], "pg_restore"), "-h", cluster.dir, "-p", str(cluster.port), "-U", "postgres",
+                 "-d", "restored", dump])
+    with cluster.connect("restored") as conn:
+        with pytest.raises(psycopg.Error) as e:
+            conn.execute("INSERT INTO photos (x) VALUES (0)")
+        assert e.value.sqlstate == "55000" and "shard_id_guard" in e.value.diag.message_hint
+        conn.execute("SELECT ids.shard_id_guard('fast')")
+        conn.execute("INSERT INTO photos (x) SELECT g FROM generate_series(1, 1000) g")
+        assert one(conn, "SELECT min(id) FROM photos WHERE x > 0 AND id > %s", (stored,)) is not None
+        assert one(conn, "SELECT count(*) FROM photos") == 4000
+        assert one(conn, "SELECT count(DISTINCT id) FROM photos") == 4000
+        assert one(conn, "SELECT min(id) FROM (SELECT id FROM photos ORDER BY id DESC LIMIT 1000) x") > stored
