@@ -310,3 +310,51 @@ def test_a_dump_restored_into_another_database_goes_on_above(cluster, db, editio
         assert one(conn, "SELECT count(*) FROM photos") == 4000
         assert one(conn, "SELECT count(DISTINCT id) FROM photos") == 4000
         assert one(conn, "SELECT min(id) FROM (SELECT id FROM photos ORDER BY id DESC LIMIT 1000) x") > stored
+
+
+def test_no_role_can_hold_the_jumps_and_a_cancelled_jump_holds_nothing(cluster, db):
+    """A jump locks its sequence's row of ids.shard_id_guards, which only the edition's owner may
+    lock (an advisory lock, as first written, could be taken by any role, and was left held by a
+    cancel that came as it was granted: the fourth outside review). A jump cancelled while it waits
+    leaves nothing held: the next one goes through at once."""
+    import time
+    with cluster.connect(db) as stranger:
+        stranger.execute("SET ROLE other")
+        with pytest.raises(psycopg.errors.InsufficientPrivilege):
+            stranger.execute("SELECT FROM ids.shard_id_guards FOR UPDATE")
+    with cluster.connect(db, autocommit=False) as holder, app(cluster, db) as waiter, app(cluster, db) as after:
+        holder.execute("SELECT FROM ids.shard_id_guards WHERE seq = 's'::regclass FOR UPDATE")
+        pid = one(waiter, "SELECT pg_backend_pid()")
+        waiter_errors = []
+
+        def wait():
+            try:
+                waiter.execute("SELECT ids._shard_id_jump('s')")
+            except psycopg.Error as e:
+                waiter_errors.append(e.sqlstate)
+        t = threading.Thread(target=wait)
+        t.start()
+        time.sleep(0.5)
+        holder.execute("SELECT pg_cancel_backend(%s)", (pid,))
+        holder.commit()
+        t.join()
+        assert waiter_errors == ["57014"]
+        after.execute("SET lock_timeout = '2s'")
+        after.execute("SELECT ids._shard_id_jump('s')")
+        assert len(set(draw(after, 2000))) == 2000
+
+
+def test_a_large_cache_in_several_sessions_does_not_stall(cluster, db):
+    """Each session's CACHE filled before another's jump is stale: its values are put aside
+    without a jump each (one jump per value took 4 s per refill at CACHE 100000: the fourth
+    outside review)."""
+    import time
+    with app(cluster, db) as a, app(cluster, db) as b:
+        a.execute("CREATE SEQUENCE big CACHE 100000")
+        a.execute("SELECT ids.shard_id_guard('big')")
+        started = time.monotonic()
+        ids_ = []
+        for _ in range(5):
+            ids_ += draw(a, 10, "big") + draw(b, 10, "big")
+        assert time.monotonic() - started < 5
+    assert len(set(ids_)) == 100
