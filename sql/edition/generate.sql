@@ -88,8 +88,9 @@ REVOKE ALL ON FUNCTION @extschema@._shard_id_last_value(regclass) FROM PUBLIC;
 -- A jump: see the top of this file. SECURITY DEFINER: only the edition's owner writes the
 -- registers (a role that could set them could repeat ids). Anyone may call it: it only ever moves
 -- the offset up to the clock's millisecond, which every draw may do.
-CREATE FUNCTION @extschema@._shard_id_jump(seq regclass) RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+-- (not STRICT: drawn is NULL when the caller has no value of its own, a jump asked for by hand)
+CREATE FUNCTION @extschema@._shard_id_jump(seq regclass, drawn bigint DEFAULT NULL) RETURNS void
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     reg_o regclass := @extschema@._shard_id_register(seq, 'o');
     reg_b regclass := @extschema@._shard_id_register(seq, 'b');
@@ -120,6 +121,11 @@ BEGIN
                 USING ERRCODE = '55000', HINT = format('Move it past them: SELECT setval(%L, %s);', seq::text, b * 1024);
         END IF;
         o := pg_sequence_last_value(reg_o);
+        -- the caller's value (drawn) fits the epoch another session's jump made while this one
+        -- waited for the lock: nothing to do (two sessions that see the clock move would both jump)
+        IF (drawn >> 10) >= b AND (drawn >> 10) + o >= @extschema@._shard_id_clock_ms() THEN
+            RAISE SQLSTATE 'PSJ00';
+        END IF;
         IF o IS NULL THEN
             EXECUTE format('SELECT last_value FROM %s', reg_o) INTO o;
         END IF;
@@ -152,7 +158,7 @@ CREATE FUNCTION @extschema@.shard_id_guard(seq regclass) RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     edition_owner regrole := (SELECT p.proowner::regrole FROM pg_proc p
-                               WHERE p.oid = '@extschema@._shard_id_jump(regclass)'::regprocedure);
+                               WHERE p.oid = '@extschema@._shard_id_jump(regclass, bigint)'::regprocedure);
 BEGIN
     IF NOT EXISTS (SELECT FROM pg_sequence WHERE seqrelid = seq) THEN
         RAISE EXCEPTION 'pg_shard_id: % is not a sequence', seq USING ERRCODE = '42809';
@@ -241,7 +247,7 @@ BEGIN
         ms := (n OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.+) o;
         -- (a pending O, or no guard: NULL, not taken)
         EXIT WHEN (n OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.>=) b AND ms OPERATOR(pg_catalog.>=) now_ms;
-        PERFORM @extschema@._shard_id_jump(seq);
+        PERFORM @extschema@._shard_id_jump(seq, n);
         b := pg_catalog.pg_sequence_last_value(@extschema@._shard_id_register(seq, 'b'));
         -- values drawn before the jump, in older blocks (a CACHE filled before it): put aside,
         -- without a jump each (a sequence set back after the jump: the next jump refuses it)
