@@ -8,7 +8,8 @@
 
     PG_BIN=... python bench/sql_edition.py [--ids 200000] [--seconds 10]
 
-Run by scripts/bench.sh's full run; its output is the table docs/managed.md#cost cites."""
+Run by scripts/bench.sh (its smoke run, in CI, at tiny sizes); its output is the table
+docs/managed.md#cost shows."""
 
 import argparse
 import os

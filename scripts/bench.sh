@@ -35,6 +35,12 @@ for version in ${PG_VERSIONS:-15 16 17 18}; do
     python3 bench/bench.py $smoke --out "$out_dir/benchmarks-$PG_MAJOR.json"
     results+=("$out_dir/benchmarks-$PG_MAJOR.json")
     stop_cluster bench
+    # the SQL edition beside the native one, Instagram's function, nextval() (and uuidv7() on 18):
+    # docs/managed.md#cost (its own cluster; smoke: tiny sizes)
+    say "the SQL edition's cost, PostgreSQL $PG_MAJOR"
+    ensure_venv "$REPO/target/guarantee/venv" "$REPO/tests/guarantee/requirements.txt"
+    PG_BIN="$PG_BIN" PG_SHARD_ID_RUN_DIR="$RUN_DIR" "$REPO/target/guarantee/venv/bin/python" bench/sql_edition.py \
+        $([ -n "$smoke" ] && echo "--ids 5000 --seconds 1") | tee "$out_dir/sql_edition-$PG_MAJOR.md"
 done
 python3 bench/report.py "$out_dir/benchmarks.md" "$out_dir/benchmarks.png" "${results[@]}"
 say "wrote $out_dir/benchmarks.md and benchmarks.png"
