@@ -1226,11 +1226,24 @@ BEGIN
     -- draws from seq (issue 55: an inserter without USAGE on it failed from the prepare on)
     SELECT string_agg(g.name, ', ' ORDER BY g.name) INTO stmt
       FROM (SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END AS name, a.grantee
-              FROM _pg_shard_id.tree(tbl) t JOIN pg_class k ON k.oid = t
+              FROM (-- the table and its partitions, and the views and rules' tables that write
+                    -- into it (an insert through a view runs the table's DEFAULTs as the caller:
+                    -- the fourth outside review): INSERT on them, or on a column of them
+                    SELECT k.oid, k.relacl, k.relowner FROM _pg_shard_id.tree(tbl) t JOIN pg_class k ON k.oid = t
+                    UNION
+                    SELECT k.oid, k.relacl, k.relowner FROM pg_depend dp JOIN pg_rewrite w ON dp.classid = 'pg_rewrite'::regclass AND dp.objid = w.oid
+                      JOIN pg_class k ON k.oid = w.ev_class
+                     WHERE dp.refclassid = 'pg_class'::regclass AND dp.refobjid = tbl AND w.ev_class <> tbl) k
               CROSS JOIN LATERAL (SELECT (aclexplode(k.relacl)).*
                                   UNION ALL
-                                  SELECT (aclexplode(at.attacl)).* FROM pg_attribute at WHERE at.attrelid = t AND at.attacl IS NOT NULL) a
-             WHERE a.privilege_type = 'INSERT' AND a.grantee <> k.relowner) g
+                                  SELECT (aclexplode(at.attacl)).* FROM pg_attribute at WHERE at.attrelid = k.oid AND at.attacl IS NOT NULL) a
+             WHERE a.privilege_type = 'INSERT' AND a.grantee <> k.relowner
+            UNION
+            -- and whoever may draw from the old key's sequence (its DEFAULT's or identity's)
+            SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END, a.grantee
+              FROM pg_class sk CROSS JOIN LATERAL aclexplode(sk.relacl) a
+             WHERE sk.oid = pg_get_serial_sequence(tbl::text, key_column)::regclass
+               AND a.privilege_type IN ('USAGE', 'UPDATE') AND a.grantee <> sk.relowner) g
      WHERE CASE WHEN g.grantee = 0
                 THEN NOT EXISTS (SELECT FROM pg_class sq CROSS JOIN LATERAL aclexplode(sq.relacl) sa
                                   WHERE sq.oid = seq AND sa.grantee = 0 AND sa.privilege_type IN ('USAGE', 'UPDATE'))
@@ -1560,24 +1573,22 @@ CREATE TABLE _pg_shard_id.conversion_deleted (
 );
 CREATE INDEX ON _pg_shard_id.conversion_deleted (relid, new_id);
 ALTER TABLE _pg_shard_id.conversion_deleted ENABLE ROW LEVEL SECURITY;
--- Read and removed by each table's owner; written by the trigger below, with the rights of the
--- role that deleted the row: a row only for a table with that trigger, which exists from the
--- prepare to the swap, by a role that may delete or update rows of it (or of a partition of it:
--- the outside review found any role filling it with rows the swap would read under its locks).
+-- Read and removed by each table's owner; written only by conversion_record_deleted below.
 CREATE POLICY owner_reads ON _pg_shard_id.conversion_deleted FOR SELECT
     USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
 CREATE POLICY owner_removes ON _pg_shard_id.conversion_deleted FOR DELETE
     USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
-GRANT SELECT, INSERT, DELETE ON _pg_shard_id.conversion_deleted TO PUBLIC;
+GRANT SELECT, DELETE ON _pg_shard_id.conversion_deleted TO PUBLIC;
 
 -- The AFTER DELETE (and UPDATE OF the key) trigger of a table being converted: records the new id
--- of a row deleted, or given another key (whose old key may be inserted again). It runs with the
--- rights of the role that deleted the row, as a user's trigger does (it was SECURITY DEFINER, and
--- reading the row ran a cast a role could define as the extension's owner: a superuser's rights
--- to anyone who may create a table, the outside review of issue 55). TG_ARGV: the converted
--- table's oid (the trigger fires on its partitions too), its key, its new column. A row another
--- role records for a table of its own names an id whose referencing rows the repair sets to the
--- value they would get anyway: the new id of the row their old key names.
+-- of a row deleted, or given another key (whose old key may be inserted again). It reads the row
+-- with the rights of the role that deleted it, as a user's trigger does (as SECURITY DEFINER,
+-- reading the row ran a cast to json a role could define, as the extension's owner: a
+-- superuser's rights to anyone who may create a table, the third outside review of issue 55),
+-- and records the id through conversion_record_deleted, which reads nothing of the row: the
+-- deleting role may hold no privilege on the table (a delete cascading from a parent, or through
+-- a view, runs its triggers as the role that deleted: the fourth review). TG_ARGV: the converted
+-- table's oid (the trigger fires on its partitions too), its key, its new column.
 CREATE FUNCTION _pg_shard_id.conversion_note_deleted() RETURNS trigger
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -1587,16 +1598,25 @@ BEGIN
         RETURN NULL;  -- (the key kept its value)
     END IF;
     IF old_row ->> TG_ARGV[2] IS NOT NULL THEN
-        INSERT INTO _pg_shard_id.conversion_deleted (relid, new_id) VALUES (TG_ARGV[0]::oid, (old_row ->> TG_ARGV[2])::bigint);
+        PERFORM _pg_shard_id.conversion_record_deleted(TG_ARGV[0]::oid, (old_row ->> TG_ARGV[2])::bigint);
     END IF;
     RETURN NULL;
 END $$;
 
-CREATE POLICY trigger_records ON _pg_shard_id.conversion_deleted FOR INSERT
-    WITH CHECK (EXISTS (SELECT FROM pg_trigger t
-                         WHERE t.tgrelid = relid AND t.tgfoid = '_pg_shard_id.conversion_note_deleted()'::regprocedure)
-                AND EXISTS (SELECT FROM _pg_shard_id.tree(relid::regclass) m
-                             WHERE has_table_privilege(m, 'DELETE') OR has_table_privilege(m, 'UPDATE')));
+-- Records a deleted row's new id for table converted, if it has the trigger above (from the
+-- prepare to the swap). SECURITY DEFINER, and given only an oid and a bigint: it runs nothing of
+-- the caller's. Any role may call it: an id recorded that no row of the table had only makes the
+-- repair look for referencing rows that hold it, and set them to the value they would get anyway
+-- (the new id of the row their old key names); many of them slow the swap's repair (a probe of
+-- an index each, under its locks).
+CREATE FUNCTION _pg_shard_id.conversion_record_deleted(converted oid, new_id bigint) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    IF EXISTS (SELECT FROM pg_trigger t
+                WHERE t.tgrelid = converted AND t.tgfoid = '_pg_shard_id.conversion_note_deleted()'::regprocedure) THEN
+        INSERT INTO _pg_shard_id.conversion_deleted (relid, new_id) VALUES (converted, new_id);
+    END IF;
+END $$;
 
 -- The user's triggers and rules that the batches' UPDATEs would fire: on each relation the
 -- batches write, enabled, for UPDATE (an UPDATE OF trigger only when it lists the new column, the

@@ -300,11 +300,11 @@ def test_the_trigger_that_records_deleted_rows_runs_no_code_as_the_extension_own
         conn.execute(f'SET ROLE "{mallory}"')
         conn.execute("UPDATE moods SET m = m WHERE id = 3")  # (its new id now, from the trigger: the delete is recorded)
         conn.execute("DELETE FROM moods WHERE id = 3")
-        with pytest.raises(psycopg.errors.InsufficientPrivilege):  # no row for a table without the conversion's trigger
-            conn.execute("UPDATE bait SET k = 2")
+        conn.execute("UPDATE bait SET k = 2")  # (nothing recorded: bait has no conversion's trigger)
         conn.execute("RESET ROLE")
         assert one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = %s", (mallory,)) is False
         assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_deleted WHERE relid = 'moods'::regclass") == 1
+        assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_deleted WHERE relid = 0") == 0
         conn.execute("CALL shard_id_convert_abandon('moods')")
 
 
@@ -389,3 +389,51 @@ def test_an_updater_without_usage_on_the_new_sequence_sets_a_time_before_the_epo
         conn.execute("RESET ROLE")
         assert one(conn, "SELECT shard_id IS NULL FROM purchases WHERE id = 7") is True  # (left to the batches)
         conn.execute("CALL shard_id_convert_abandon('purchases')")
+
+
+def test_a_delete_cascading_from_a_parent_by_a_role_without_privileges_on_the_table(cluster, db):
+    """ON DELETE CASCADE runs the referencing table's AFTER triggers as the role that deleted the
+    parent: with no privilege on the converted table, the conversion's trigger could not record the
+    deleted row (the fourth outside review's F1). The delete succeeds, and the row is recorded."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE users (id bigint PRIMARY KEY)")
+        conn.execute("INSERT INTO users SELECT g FROM generate_series(1, 10) g")
+        conn.execute("CREATE TABLE purchases (id bigserial PRIMARY KEY, user_id bigint REFERENCES users ON DELETE CASCADE, "
+                     "created_at timestamptz NOT NULL DEFAULT now() - interval '1 day')")
+        conn.execute("CREATE INDEX ON purchases (user_id)")
+        conn.execute("INSERT INTO purchases (user_id) SELECT 1 + g % 10 FROM generate_series(1, 1000) g")
+        conn.execute("CREATE SEQUENCE purchases_shard_id_seq")
+        conn.execute("ANALYZE")
+        gdpr = role(conn, db, "gdpr")
+        conn.execute(f'GRANT SELECT, DELETE ON users TO "{gdpr}"')
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        conn.execute(f'SET ROLE "{gdpr}"')
+        conn.execute("DELETE FROM users WHERE id = 1")
+        conn.execute("RESET ROLE")
+        assert one(conn, "SELECT count(*) FROM purchases WHERE user_id = 1") == 0
+        assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_deleted WHERE relid = 'purchases'::regclass") == 100
+        conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_deleted") == 0
+
+
+def test_an_insert_through_a_view_by_a_role_without_usage_on_the_new_sequence(cluster, db):
+    """An insert through a view runs the table's DEFAULTs as the caller: a role that may insert
+    through the view (and draw from the old sequence) but holds nothing on the new one failed on
+    the new column's DEFAULT from the prepare on (the fourth outside review's F2). The prepare
+    grants USAGE on the new sequence to those who may insert through a view of the table, and to
+    those who may draw from the old key's sequence."""
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        conn.execute("CREATE VIEW purchases_api AS SELECT id, created_at, item FROM purchases")
+        app_role = role(conn, db, "api")
+        conn.execute(f'GRANT SELECT, INSERT ON purchases_api TO "{app_role}"')
+        conn.execute(f'GRANT USAGE ON SEQUENCE purchases_id_seq TO "{app_role}"')
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        with cluster.connect(db) as writer:
+            writer.execute(f'SET ROLE "{app_role}"')
+            steps_of_the_finish(conn, "purchases", lambda: writer.execute("INSERT INTO purchases_api (item) VALUES ('via view')"))
+        assert one(conn, "SELECT count(*) FROM purchases WHERE item = 'via view'") >= 2
+        assert one(conn, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
+        assert "next_shard_id" in one(conn, "SELECT pg_get_expr(adbin, adrelid) FROM pg_attrdef "
+                                            "WHERE adrelid = 'purchases'::regclass AND adnum = "
+                                            "(SELECT attnum FROM pg_attribute WHERE attrelid = 'purchases'::regclass AND attname = 'id')")
