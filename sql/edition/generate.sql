@@ -62,6 +62,7 @@ REVOKE ALL ON @extschema@.shard_id_guards FROM PUBLIC;
 DO $config_dump$
 BEGIN
     PERFORM pg_catalog.pg_extension_config_dump('@extschema@.shard_id_guards', '');
+    PERFORM pg_catalog.pg_extension_config_dump('@extschema@.shard_id_settings', '');
 EXCEPTION WHEN feature_not_supported THEN
     NULL;  -- (not run by CREATE EXTENSION)
 END
@@ -104,11 +105,13 @@ BEGIN
     -- nothing the jump did (setval is not transactional). A jump cut short after step 1 leaves O
     -- pending: the next one completes it.
     BEGIN
-        PERFORM FROM @extschema@.shard_id_guards g WHERE g.seq = _shard_id_jump.seq FOR UPDATE;
+        PERFORM FROM @extschema@.shard_id_guards g WHERE g.seq = _shard_id_jump.seq AND g.registers_of = _shard_id_jump.seq::oid FOR UPDATE;
+        -- (no row: no guard, or a restored one not taken back yet, whose registers are named by
+        -- the oid the sequence had in the dumped database: they may be another's now)
         IF NOT FOUND OR reg_o IS NULL OR reg_b IS NULL THEN
             RAISE EXCEPTION 'pg_shard_id: sequence % has no guard', seq
                 USING ERRCODE = '55000',
-                      HINT = format('Its owner runs SELECT @extschema@.shard_id_guard(%L) once, in a transaction of its own (again after a restore).', seq::text);
+                      HINT = format('Its owner runs SELECT @extschema@.shard_id_guard(%L) once, in a transaction of its own; after a restore, the edition''s owner runs SELECT @extschema@.shard_id_restored().', seq::text);
         END IF;
         -- (the registers read by pg_sequence_last_value, a function call: the statement that
         -- reads a relation's row costs a parse and a plan per jump; it gives NULL for a register
@@ -191,17 +194,14 @@ BEGIN
     END IF;
     IF kept = seq::oid THEN
         RETURN;  -- (made already)
-    ELSIF kept IS NOT NULL THEN
-        -- restored by pg_dump (its oid changed): its registers, restored with their values, are
-        -- named by the old one; they become its own again, the offset kept
-        EXECUTE format('ALTER SEQUENCE @extschema@.%I RENAME TO %I', 'shard_id_guard_' || kept || '_o', 'shard_id_guard_' || seq::oid || '_o');
-        EXECUTE format('ALTER SEQUENCE @extschema@.%I RENAME TO %I', 'shard_id_guard_' || kept || '_b', 'shard_id_guard_' || seq::oid || '_b');
-        UPDATE @extschema@.shard_id_guards g SET registers_of = _shard_id_make_guard.seq::oid WHERE g.seq = _shard_id_make_guard.seq;
-        PERFORM @extschema@._shard_id_jump(seq);
-        RETURN;
+    ELSIF kept IS NOT NULL OR EXISTS (SELECT FROM @extschema@.shard_id_guards g WHERE g.registers_of = _shard_id_make_guard.seq::oid) THEN
+        -- restored by pg_dump into another database, its registers named by the oids of the
+        -- dumped one, which other sequences may have now
+        RAISE EXCEPTION 'pg_shard_id: the guards of this database were restored from another and are not taken back yet'
+            USING ERRCODE = '55000', HINT = 'The edition''s owner runs SELECT @extschema@.shard_id_restored() first.';
     END IF;
     IF @extschema@._shard_id_register(seq, 'o') IS NOT NULL OR @extschema@._shard_id_register(seq, 'b') IS NOT NULL THEN
-        -- registers named by this oid, of a sequence dropped since: not this one's
+        -- registers named by this oid, of a sequence dropped since (no row names them)
         EXECUTE format('DROP SEQUENCE IF EXISTS @extschema@.%I, @extschema@.%I',
                        'shard_id_guard_' || seq::oid || '_o', 'shard_id_guard_' || seq::oid || '_b');
     END IF;
@@ -281,3 +281,38 @@ BEGIN
 END $$;
 
 
+
+-- After pg_dump and a restore into another database (where every oid is new): gives each guarded
+-- sequence its own registers back (restored with their values, named by the oids of the dumped
+-- database, which other sequences may have now), and the functions the epoch and node number,
+-- then a jump each. The edition's owner runs it once, before the first write: until then a
+-- sequence whose new oid is one a guarded sequence had can draw with that sequence's registers
+-- (docs/managed.md#guarantee). Returns the sequences taken back.
+--
+-- shard_id_restored() RETURNS SETOF regclass
+--   SELECT * FROM ids.shard_id_restored();
+CREATE FUNCTION @extschema@.shard_id_restored() RETURNS SETOF regclass
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    g record;
+BEGIN
+    LOCK TABLE @extschema@.shard_id_guards IN EXCLUSIVE MODE;
+    EXECUTE format('CREATE OR REPLACE FUNCTION @extschema@._shard_id_epoch_ms() RETURNS bigint LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN %s',
+                   (SELECT epoch_ms FROM @extschema@.shard_id_settings LIMIT 1));
+    EXECUTE format('CREATE OR REPLACE FUNCTION @extschema@._shard_id_node() RETURNS integer LANGUAGE sql IMMUTABLE PARALLEL SAFE RETURN %s::integer',
+                   coalesce((SELECT node::text FROM @extschema@.shard_id_settings LIMIT 1), 'NULL'));
+    -- first out of the way under names no oid gives, then to their sequences' new oids
+    FOR g IN SELECT * FROM @extschema@.shard_id_guards WHERE registers_of <> seq::oid LOOP
+        EXECUTE format('ALTER SEQUENCE @extschema@.%I RENAME TO %I', 'shard_id_guard_' || g.registers_of || '_o', 'shard_id_moving_' || g.registers_of || '_o');
+        EXECUTE format('ALTER SEQUENCE @extschema@.%I RENAME TO %I', 'shard_id_guard_' || g.registers_of || '_b', 'shard_id_moving_' || g.registers_of || '_b');
+    END LOOP;
+    FOR g IN SELECT * FROM @extschema@.shard_id_guards WHERE registers_of <> seq::oid LOOP
+        EXECUTE format('DROP SEQUENCE IF EXISTS @extschema@.%I, @extschema@.%I', 'shard_id_guard_' || g.seq::oid || '_o', 'shard_id_guard_' || g.seq::oid || '_b');
+        EXECUTE format('ALTER SEQUENCE @extschema@.%I RENAME TO %I', 'shard_id_moving_' || g.registers_of || '_o', 'shard_id_guard_' || g.seq::oid || '_o');
+        EXECUTE format('ALTER SEQUENCE @extschema@.%I RENAME TO %I', 'shard_id_moving_' || g.registers_of || '_b', 'shard_id_guard_' || g.seq::oid || '_b');
+        UPDATE @extschema@.shard_id_guards x SET registers_of = g.seq::oid WHERE x.seq = g.seq;
+        PERFORM @extschema@._shard_id_jump(g.seq);
+        RETURN NEXT g.seq;
+    END LOOP;
+END $$;
+REVOKE ALL ON FUNCTION @extschema@.shard_id_restored() FROM PUBLIC;
