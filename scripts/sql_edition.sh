@@ -31,7 +31,7 @@ cat > "$out/pg_shard_id_sql.control" <<CONTROL
 comment = 'Instagram-style 64-bit ids, guarded against repeats, in SQL (pg_shard_id''s SQL edition)'
 default_version = '$version'
 relocatable = false
-trusted = true
+trusted = false
 CONTROL
 body="$(cat "$script")"
 cat > "$out/pg_shard_id_sql_pgtle.sql" <<PGTLE
@@ -47,7 +47,7 @@ cat > "$out/pg_shard_id_sql.sql" <<PLAIN
 -- pg_shard_id $version, SQL edition, as a plain script (docs/managed.md#script):
 --     psql -v schema=ids -f pg_shard_id_sql.sql
 -- installs it into schema ids (made if missing), in one transaction, with the rights of the role
--- that runs it (no superuser needed: CREATE on the database, or on an existing schema). Without
+-- that runs it (no superuser needed: CREATE on the database, or a schema it owns). Without
 -- psql, set the schema's name in the set_config line below.
 \\set ON_ERROR_STOP on
 SELECT pg_catalog.set_config('pg_shard_id_sql.schema', :'schema', false);

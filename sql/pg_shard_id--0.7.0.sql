@@ -1225,19 +1225,25 @@ BEGIN
     -- the roles that may insert lack nothing they did not lack before: the new column's DEFAULT
     -- draws from seq (issue 55: an inserter without USAGE on it failed from the prepare on)
     SELECT string_agg(g.name, ', ' ORDER BY g.name) INTO stmt
-      FROM (SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END AS name, a.grantee
-              FROM (-- the table and its partitions, and the views and rules' tables that write
-                    -- into it (an insert through a view runs the table's DEFAULTs as the caller:
-                    -- the fourth outside review): INSERT on them, or on a column of them
-                    SELECT k.oid, k.relacl, k.relowner FROM _pg_shard_id.tree(tbl) t JOIN pg_class k ON k.oid = t
-                    UNION
-                    SELECT k.oid, k.relacl, k.relowner FROM pg_depend dp JOIN pg_rewrite w ON dp.classid = 'pg_rewrite'::regclass AND dp.objid = w.oid
-                      JOIN pg_class k ON k.oid = w.ev_class
-                     WHERE dp.refclassid = 'pg_class'::regclass AND dp.refobjid = tbl AND w.ev_class <> tbl) k
+      FROM (WITH RECURSIVE writers_of(oid) AS (
+                -- the table and its partitions, then the views and rules' tables that write into
+                -- them, and those that write into these (an insert through a view, or a rule of
+                -- any event, runs the table's DEFAULTs as the caller: the fourth and fifth reviews)
+                SELECT t::oid FROM _pg_shard_id.tree(tbl) t
+                UNION
+                SELECT w.ev_class FROM writers_of wr
+                  JOIN pg_depend dp ON dp.refclassid = 'pg_class'::regclass AND dp.refobjid = wr.oid AND dp.classid = 'pg_rewrite'::regclass
+                  JOIN pg_rewrite w ON w.oid = dp.objid)
+            -- whoever may write them (any write: a rule of any event may insert), their owners (the
+            -- converter may not be the owner, nor own the sequence: the fifth review)
+            SELECT DISTINCT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END AS name, a.grantee
+              FROM writers_of wr JOIN pg_class k ON k.oid = wr.oid
               CROSS JOIN LATERAL (SELECT (aclexplode(k.relacl)).*
                                   UNION ALL
-                                  SELECT (aclexplode(at.attacl)).* FROM pg_attribute at WHERE at.attrelid = k.oid AND at.attacl IS NOT NULL) a
-             WHERE a.privilege_type = 'INSERT' AND a.grantee <> k.relowner
+                                  SELECT (aclexplode(at.attacl)).* FROM pg_attribute at WHERE at.attrelid = k.oid AND at.attacl IS NOT NULL
+                                  UNION ALL
+                                  SELECT k.relowner, k.relowner, 'INSERT', false) a
+             WHERE a.privilege_type IN ('INSERT', 'UPDATE', 'DELETE')
             UNION
             -- and whoever may draw from the old key's sequence (its DEFAULT's or identity's)
             SELECT CASE WHEN a.grantee = 0 THEN 'PUBLIC' ELSE quote_ident(pg_get_userbyid(a.grantee)) END, a.grantee
@@ -1546,12 +1552,18 @@ BEGIN
         IF row_ ->> TG_ARGV[0] = row_ ->> TG_ARGV[3]
            AND TG_RELID::regclass IN (SELECT t FROM _pg_shard_id.tree(TG_ARGV[2]::oid::regclass) t) THEN
             new_id := (row_ ->> TG_ARGV[5])::bigint;
-        ELSIF has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[3], 'SELECT') AND has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[5], 'SELECT') THEN
+        ELSIF has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[3], 'SELECT') AND has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[5], 'SELECT')
+              AND has_schema_privilege((SELECT relnamespace FROM pg_class WHERE oid = TG_ARGV[2]::oid), 'USAGE') THEN
             -- (a writer that may not read the referenced table gets the placeholder, as for a row
             -- row security hides: its foreign key's check runs as the table's owner, and the insert
-            -- succeeds without a conversion)
-            EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2]::oid::regclass, TG_ARGV[3], TG_ARGV[4])
-               INTO new_id USING row_ ->> TG_ARGV[0];
+            -- succeeds without a conversion; so does one whose lookup fails, a row security policy
+            -- raising for this writer: the fifth review)
+            BEGIN
+                EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2]::oid::regclass, TG_ARGV[3], TG_ARGV[4])
+                   INTO new_id USING row_ ->> TG_ARGV[0];
+            EXCEPTION WHEN OTHERS THEN
+                new_id := NULL;
+            END;
         END IF;
         -- not known yet: a negative placeholder, one per referenced key (so that a unique index
         -- of the referencing columns holds as it does on the old ones)

@@ -249,6 +249,9 @@ BEGIN
         EXIT WHEN (n OPERATOR(pg_catalog.>>) 10) OPERATOR(pg_catalog.>=) b AND ms OPERATOR(pg_catalog.>=) now_ms;
         PERFORM @extschema@._shard_id_jump(seq, n);
         b := pg_catalog.pg_sequence_last_value(@extschema@._shard_id_register(seq, 'b'));
+        -- (the clock read again: one that stepped back since the first reading would make the
+        -- loop wait for it, a jump per turn: the sixth outside review)
+        now_ms := LEAST(now_ms, @extschema@._shard_id_clock_ms());  -- (syntax, not a function: no search_path)
         -- values drawn before the jump, in older blocks (a CACHE filled before it): put aside,
         -- without a jump each (a sequence set back after the jump: the next jump refuses it)
         FOR i IN 1..1000000 LOOP

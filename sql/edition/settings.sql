@@ -1,10 +1,18 @@
 -- pg_shard_id, SQL edition: the settings of a database (its epoch and node number), read by every
 -- id and decoder, and the helpers the other parts share. See generate.sql for the guard.
 
--- The guard finds each sequence's registers by name in this schema: a role that may create objects
--- here could make them first (the fifth outside review). Refused.
+-- The guard finds each sequence's registers (and its own helpers) by name in this schema: a role
+-- that may create objects here, or owns the schema, could make them first, or swap them, and
+-- whatever runs as the edition's owner would run its code (the fifth and sixth outside reviews:
+-- a schema owner made itself superuser so). Refused: the schema must be the installing role's.
 DO $schema_check$
 BEGIN
+    IF (SELECT n.nspowner FROM pg_catalog.pg_namespace n WHERE n.oid OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace)
+       OPERATOR(pg_catalog.<>) (SELECT r.oid FROM pg_catalog.pg_roles r WHERE r.rolname OPERATOR(pg_catalog.=) CURRENT_USER) THEN
+        RAISE EXCEPTION 'pg_shard_id: schema @extschema@ is not owned by %, who installs the SQL edition', CURRENT_USER
+            USING ERRCODE = '42501',
+                  HINT = 'Install it into a schema of its own, made by the role that installs it (psql -v schema=ids ... makes one).';
+    END IF;
     IF EXISTS (SELECT FROM pg_catalog.pg_namespace n CROSS JOIN LATERAL pg_catalog.aclexplode(n.nspacl) a
                 WHERE n.oid OPERATOR(pg_catalog.=) '@extschema@'::pg_catalog.regnamespace
                   AND a.privilege_type OPERATOR(pg_catalog.=) 'CREATE' AND a.grantee OPERATOR(pg_catalog.<>) n.nspowner) THEN

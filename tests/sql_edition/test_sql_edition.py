@@ -377,3 +377,16 @@ def test_a_schema_other_roles_may_create_in_is_refused(cluster, edition):
         install_plain(cluster, "shared", edition, schema="public")
     assert "roles other than its owner may create objects" in e.value.stderr
     assert cluster.one("SELECT count(*) FROM pg_proc WHERE proname = 'next_shard_id'", "shared") == 0
+
+
+def test_a_schema_another_role_owns_is_refused(cluster, edition):
+    """The owner of the edition's schema could swap the registers, or the helpers the edition's
+    SECURITY DEFINER functions call by name (the sixth outside review made itself superuser so,
+    in public, owned by pg_database_owner). The install refuses a schema the installer does not
+    own."""
+    import subprocess
+    cluster.sql("DROP DATABASE IF EXISTS theirs WITH (FORCE)")
+    cluster.sql("CREATE DATABASE theirs")
+    with pytest.raises(subprocess.CalledProcessError) as e:
+        install_plain(cluster, "theirs", edition, schema="public")  # (pg_database_owner's)
+    assert "is not owned by" in e.value.stderr
