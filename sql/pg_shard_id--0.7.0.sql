@@ -2878,6 +2878,7 @@ COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversi
 COMMENT ON PROCEDURE shard_id_convert_abandon(regclass) IS 'Abandons a conversion before its swap: drops its triggers and new columns (with their twin indexes and CHECKs) and its progress row; the table is as it was before the prepare.';
 COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap block, counted in the first 8 blocks: the batch size of a table never analyzed.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE trigger of a table being converted: records the deleted rows'' new ids, so that rows referencing one inserted again with its old key follow it.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_record_deleted(oid, bigint) IS 'Records a deleted row''s new id for a table with the conversion''s trigger; reads nothing of the row (SECURITY DEFINER).';
 COMMENT ON FUNCTION _pg_shard_id.sweep(regclass, text, boolean) IS 'The sweeps of a conversion: rows still without a new id, referencing rows whose referenced row was not known, and those of a row deleted and inserted again; then the record of deleted rows loses what they saw.';
 COMMENT ON FUNCTION _pg_shard_id.lock_tables(text) IS 'The swap''s locks, taken without holding one while waiting long for another: attempts of at most 200 ms a lock, for 10 s in all.';
 /* </end connected objects> */
