@@ -23,7 +23,7 @@ BEGIN
         RETURN NULL;
     END IF;
     EXECUTE format('SELECT last_value FROM %s', reg_o) INTO o;
-    EXECUTE format('SELECT last_value FROM %s', seq) INTO l;
+    l := @extschema@._shard_id_last_value(seq);  -- (the jump's reading: any value any session holds)
     RETURN timestamptz 'epoch' + ((@extschema@._shard_id_epoch_ms() + (l >> 10) + o) * 1000) * interval '1 microsecond';
 END $$;
 -- (the edition's owner's: it tells how far a sequence has gone, which a role without privileges on
