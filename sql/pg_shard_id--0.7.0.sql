@@ -260,7 +260,7 @@ $$;
 -- The leaves of a relation's partition tree, or the table itself when it has none (pg_partition_tree
 -- gives no row for a table that is not partitioned).
 CREATE FUNCTION _pg_shard_id.leaves(rel regclass) RETURNS SETOF regclass
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 8 SET search_path = pg_catalog, pg_temp AS $$
     SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.isleaf
     UNION
     SELECT c.oid::regclass FROM pg_class c WHERE c.oid = rel AND c.relkind IN ('r', 'f')
@@ -268,7 +268,7 @@ $$;
 
 -- Every relation of a relation's partition tree, the relation itself first.
 CREATE FUNCTION _pg_shard_id.tree(rel regclass) RETURNS SETOF regclass
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 8 SET search_path = pg_catalog, pg_temp AS $$
     SELECT rel
     UNION ALL
     SELECT t.relid FROM pg_partition_tree(rel) t WHERE t.relid <> rel
@@ -315,7 +315,7 @@ END $$;
 CREATE FUNCTION _pg_shard_id.conversion_references(tbl regclass, key_column name, new_column name)
 RETURNS TABLE (rel regclass, conname name, fk_column name, fk_new_column name, not_null boolean, def text,
                validated boolean, note text)
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 4 SET search_path = pg_catalog, pg_temp AS $$
     SELECT c.conrelid::regclass, c.conname, a.attname, _pg_shard_id.derived_name(a.attname, '_' || new_column),
            a.attnotnull, pg_get_constraintdef(c.oid), c.convalidated, obj_description(c.oid, 'pg_constraint')
       FROM pg_constraint c
@@ -330,7 +330,7 @@ $$;
 -- each leaf of each referencing table (its blocks get the referenced row's new id).
 CREATE FUNCTION _pg_shard_id.conversion_units(tbl regclass, key_column name, new_column name)
 RETURNS TABLE (unit integer, kind text, rel regclass, fk_column name, fk_new_column name, fk_name name)
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 16 SET search_path = pg_catalog, pg_temp AS $$
     WITH leaves AS (
         SELECT 'table'::text AS kind, t AS rel, NULL::name AS fk_column,
                NULL::name AS fk_new_column, NULL::name AS fk_name
@@ -351,7 +351,7 @@ $$;
 CREATE FUNCTION _pg_shard_id.conversion_columns(tbl regclass, key_column name, new_column name)
 RETURNS TABLE (rel regclass, top regclass, role text, old_column name, new_column name, kept_as name,
                old_attnum smallint, new_attnum smallint)
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 16 SET search_path = pg_catalog, pg_temp AS $$
     WITH moved AS (
         SELECT tbl AS top, 'key'::text AS role, key_column AS old_column, new_column AS new_column
         UNION
@@ -464,7 +464,7 @@ END $$;
 -- one turns up that is not.
 CREATE FUNCTION _pg_shard_id.conversion_kinds()
 RETURNS TABLE (kind text, found_in text, rule text, how text)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 32 SET search_path = pg_catalog, pg_temp AS $$
     VALUES
     ('primary key', 'pg_index, pg_constraint', 'build', 'a unique index on the new column built concurrently, made the primary key at the swap (ADD PRIMARY KEY USING INDEX; a partitioned table''s from its partitions''), with its comment'),
     ('index', 'pg_depend: pg_class (an index)', 'build', 'built again concurrently with the new column in the old one''s place (expressions and predicate moved in their trees), then swapped in under the old name: comment, replica identity and CLUSTER mark carried'),
@@ -516,7 +516,7 @@ $$;
 -- fails when the running server has one that is not listed.
 CREATE FUNCTION _pg_shard_id.conversion_catalog_columns()
 RETURNS TABLE (catalog text, "column" text, kind text)
-LANGUAGE sql IMMUTABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 32 SET search_path = pg_catalog, pg_temp AS $$
     VALUES
     ('pg_attrdef', 'adnum', 'generated column'), ('pg_attrdef', 'adbin', 'generated column'),
     -- pg_attribute: a column's own properties
@@ -573,7 +573,7 @@ CREATE TYPE _pg_shard_id.conversion_step AS (
 CREATE FUNCTION _pg_shard_id.fill_statements(tbl regclass, key_column name, new_column name, time_column name,
                                              seq regclass, shard integer)
 RETURNS TABLE (unit integer, kind text, rel regclass, statement text)
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 16 SET search_path = pg_catalog, pg_temp AS $$
     WITH id AS (SELECT format('_pg_shard_id.conversion_id(%L::pg_catalog.regclass, %s, %I)', _pg_shard_id.qualified(seq), shard, time_column) AS expression,
                        'c.ctid OPERATOR(pg_catalog.>=) pg_catalog.format(''(%s,0)'', $1::pg_catalog.int8)::pg_catalog.tid '
                        'AND c.ctid OPERATOR(pg_catalog.<) pg_catalog.format(''(%s,0)'', $2::pg_catalog.int8)::pg_catalog.tid' AS blocks)
@@ -637,7 +637,7 @@ $$;
 CREATE FUNCTION _pg_shard_id.conversion_inventory(tbl regclass, time_column name, seq regclass, shard integer,
                                                   new_column name, fire_triggers boolean, subscribers_ready boolean)
 RETURNS SETOF _pg_shard_id.conversion_step
-LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 32 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     steps _pg_shard_id.conversion_step[] := '{}';
     key_column name := _pg_shard_id.conversion_key(tbl);
@@ -1457,7 +1457,7 @@ CREATE FUNCTION shard_id_convert_plan(tbl regclass, time_column name DEFAULT NUL
                                       shard integer DEFAULT NULL, new_column name DEFAULT 'shard_id',
                                       fire_triggers boolean DEFAULT false, subscribers_ready boolean DEFAULT false)
 RETURNS TABLE (step integer, phase text, object text, kind text, action text, lock text, statement text, detail text, done boolean)
-LANGUAGE plpgsql STABLE PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE PARALLEL SAFE ROWS 64 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     state _pg_shard_id.conversions;
 BEGIN
@@ -1635,7 +1635,7 @@ END $$;
 -- one the batches set), not the conversion's own.
 CREATE FUNCTION _pg_shard_id.conversion_triggers(tbl regclass, key_column name, new_column name)
 RETURNS TABLE (rel regclass, what text, name name, enabled "char")
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 16 SET search_path = pg_catalog, pg_temp AS $$
     SELECT u.rel, 'trigger', t.tgname, t.tgenabled
       FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u JOIN pg_trigger t ON t.tgrelid = u.rel
      WHERE NOT t.tgisinternal AND t.tgtype::int & 16 <> 0 AND t.tgenabled <> 'D'
@@ -1653,7 +1653,7 @@ $$;
 
 -- The inventory of a prepared conversion, as recorded.
 CREATE FUNCTION _pg_shard_id.conversion_inventory(tbl regclass) RETURNS SETOF _pg_shard_id.conversion_step
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 64 SET search_path = pg_catalog, pg_temp AS $$
     SELECT i.* FROM _pg_shard_id.conversions c,
            _pg_shard_id.conversion_inventory(c.relid::regclass, c.time_column, c.seq, c.shard, c.new_column,
                                              c.fire_triggers, c.subscribers_ready) i
@@ -1816,7 +1816,7 @@ END $$;
 -- lookup index on each new referencing column. Run them in psql with \gexec. An index a build
 -- left invalid (cancelled, or a duplicate found) is dropped first.
 CREATE FUNCTION shard_id_convert_indexes(tbl regclass) RETURNS SETOF text
-LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE ROWS 8 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     step _pg_shard_id.conversion_step;
     invalid text;
@@ -2118,7 +2118,7 @@ END $$;
 -- The foreign keys the swap of tbl made again NOT VALID that are not validated yet (an interrupted
 -- finish's): those it recorded, valid before it (one the user left NOT VALID is not touched).
 CREATE FUNCTION _pg_shard_id.conversion_validations(tbl regclass) RETURNS SETOF _pg_shard_id.conversion_step
-LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 16 SET search_path = pg_catalog, pg_temp AS $$
     SELECT _pg_shard_id.step(700, 'after the swap', CASE c.contype WHEN 'f' THEN 'foreign key to the key' ELSE 'old-style ids' END,
                              format('constraint %I on %s', c.conname, c.conrelid::regclass),
                              'check', NULL, format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.conrelid::regclass, c.conname), NULL, false)
