@@ -231,3 +231,58 @@ def test_a_check_on_a_referencing_column_that_a_placeholder_fails_is_refused(clu
         base_schema(conn)
         conn.execute("ALTER TABLE purchase_lines ADD CONSTRAINT positive_reference CHECK (purchase_id > 0)")
         refused_before_anything_changed(conn, "check constraint on the key", "positive_reference")
+
+
+RENAMES = {
+    # column renamed after the prepare: (table, old name, new name)
+    "referencing column": ("purchase_lines", "purchase_id", "order_id"),
+    "key": ("purchases", "id", "purchase_no"),
+    "time column": ("purchases", "created_at", "bought_at"),
+    "new column": ("purchases", "shard_id", "sid"),
+    "new referencing column": ("purchase_lines", "purchase_id_shard_id", "pid_new"),
+}
+
+
+@pytest.mark.parametrize("renamed", sorted(RENAMES))
+def test_a_column_renamed_after_the_prepare_stops_every_step_until_renamed_back(cluster, db, renamed):
+    """On a6a7f0e a referencing column renamed after the prepare stranded the conversion: the index
+    step failed on a column named after the old name, and abandoning it left the new column. Now
+    each step refuses (55000) naming the column, before it changes anything; writers go on; renamed
+    back, the conversion finishes, and the rows written meanwhile reference their parent's new id."""
+    table, old, new = RENAMES[renamed]
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        before = {t: columns(conn, t) for t in ("purchases", "purchase_lines")}
+        conn.execute(f"ALTER TABLE {table} RENAME COLUMN {old} TO {new}")
+        fk = "order_id" if renamed == "referencing column" else "purchase_id"
+        created = "bought_at" if renamed == "time column" else "created_at"
+        key = "purchase_no" if renamed == "key" else "id"
+        # writers go on
+        conn.execute(f"INSERT INTO purchases ({created}, item) VALUES (now(), 'during')")
+        conn.execute(f"INSERT INTO purchase_lines ({fk}, qty) SELECT {key}, 7 FROM purchases WHERE item = 'during'")
+        conn.execute("UPDATE purchase_lines SET qty = qty + 1 WHERE qty < 10")
+        for step in ("SELECT * FROM shard_id_convert_indexes('purchases')",
+                     "CALL shard_id_convert('purchases', 700)",
+                     "CALL shard_id_convert_abandon('purchases')"):
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+                conn.execute(step)
+            assert "renamed or dropped after its prepare" in str(refused.value), step
+            assert f"has no column {old}" in refused.value.diag.message_detail, refused.value.diag.message_detail
+        after = {t: columns(conn, t) for t in ("purchases", "purchase_lines")}
+        assert {t: [c.replace(new, old) for c in cs] for t, cs in after.items()} == before, "a step changed a table"
+        conn.execute(f"ALTER TABLE {table} RENAME COLUMN {new} TO {old}")
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT count(*) FROM purchase_lines l JOIN purchases p ON p.id = l.purchase_id "
+                         "WHERE p.item = 'during' AND l.qty = 8") == 1
+        assert one(conn, "SELECT count(*) FROM purchase_lines l LEFT JOIN purchases p ON p.id = l.purchase_id "
+                         "WHERE p.id IS NULL") == 0
+        assert one(conn, "SELECT count(*) FROM purchases WHERE shard_id_extract_timestamp(id) IS NULL") == 0
+
+
+def convert_after_the_prepare(conn):
+    for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+        conn.execute(statement)
+    conn.execute("CALL shard_id_convert('purchases', 700)")
+    conn.execute("CALL shard_id_convert_finish('purchases')")
