@@ -1388,15 +1388,17 @@ BEGIN
         IF row_ ->> TG_ARGV[0] = row_ ->> TG_ARGV[3]
            AND TG_RELID::regclass IN (SELECT t FROM _pg_shard_id.tree(TG_ARGV[2]::oid::regclass) t) THEN
             new_id := (row_ ->> TG_ARGV[5])::bigint;
-        ELSIF has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[3], 'SELECT') AND has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[5], 'SELECT')
-              AND has_schema_privilege((SELECT relnamespace FROM pg_class WHERE oid = TG_ARGV[2]::oid), 'USAGE') THEN
+        ELSE
             -- (a writer that may not read the referenced table gets the placeholder, as for a row
             -- row security hides: its foreign key's check runs as the table's owner, and the insert
             -- succeeds without a conversion; so does one whose lookup fails, a row security policy
-            -- raising for this writer: the fifth review)
+            -- raising for this writer (the fifth review), or a column renamed after the prepare)
             BEGIN
-                EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2]::oid::regclass, TG_ARGV[3], TG_ARGV[4])
-                   INTO new_id USING row_ ->> TG_ARGV[0];
+                IF has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[3], 'SELECT') AND has_column_privilege(TG_ARGV[2]::oid, TG_ARGV[5], 'SELECT')
+                   AND has_schema_privilege((SELECT relnamespace FROM pg_class WHERE oid = TG_ARGV[2]::oid), 'USAGE') THEN
+                    EXECUTE format('SELECT %I FROM %s WHERE %I = $1::%s', TG_ARGV[5], TG_ARGV[2]::oid::regclass, TG_ARGV[3], TG_ARGV[4])
+                       INTO new_id USING row_ ->> TG_ARGV[0];
+                END IF;
             EXCEPTION WHEN OTHERS THEN
                 new_id := NULL;
             END;
@@ -1463,6 +1465,59 @@ BEGIN
     IF EXISTS (SELECT FROM pg_trigger t
                 WHERE t.tgrelid = converted AND t.tgfoid = '_pg_shard_id.conversion_note_deleted()'::regprocedure) THEN
         INSERT INTO _pg_shard_id.conversion_deleted (relid, new_id) VALUES (converted, new_id);
+    END IF;
+END $$;
+
+-- The columns a prepared conversion names, in its state and in its triggers' arguments, that no
+-- longer exist under that name: renamed (or dropped) after the prepare. The steps find the new
+-- columns by the names the prepare derived from the old ones, and the triggers read columns by
+-- name; so every step (the index step, the batches, the finish, abandoning) refuses while there is
+-- one, naming it, before it changes anything: renaming it back lets the conversion go on (a row
+-- written meanwhile was left without its new reference, which the sweeps fill). Writers go on
+-- meanwhile: a trigger reads a missing column as NULL.
+CREATE FUNCTION _pg_shard_id.renamed_columns(tbl regclass) RETURNS SETOF text
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 4 SET search_path = pg_catalog, pg_temp AS $$
+    WITH triggers AS (
+        SELECT t.tgrelid, p.proname,
+               ARRAY(SELECT convert_from(decode(a, 'escape'), 'UTF8')
+                       FROM unnest(string_to_array(encode(t.tgargs, 'escape'), '\000')) WITH ORDINALITY x(a, i)
+                      WHERE i <= t.tgnargs ORDER BY i) AS args
+          FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
+         WHERE t.tgparentid = 0
+           AND p.oid IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure,
+                         '_pg_shard_id.conversion_note_deleted()'::regprocedure)
+    ),
+    ours AS (
+        SELECT * FROM triggers WHERE tgrelid = tbl OR (proname = 'conversion_fill_reference' AND args[3]::oid = tbl)
+    ),
+    named (rel, col) AS (
+        SELECT c.relid::oid, unnest(ARRAY[c.key_column, c.new_column, c.time_column]::text[])
+          FROM _pg_shard_id.conversions c WHERE c.relid = tbl AND c.phase <> 'finished'
+        UNION
+        SELECT tgrelid, args[i] FROM ours, unnest(CASE proname WHEN 'conversion_fill_row' THEN ARRAY[1, 2]
+                                                                    WHEN 'conversion_note_deleted' THEN ARRAY[2, 3]
+                                                                    ELSE ARRAY[1, 2] END) i
+        UNION
+        SELECT args[3]::oid, args[i] FROM ours, unnest(ARRAY[4, 6]) i WHERE proname = 'conversion_fill_reference'
+    )
+    SELECT format('%s has no column %I', n.rel::regclass, n.col)
+      FROM named n
+     WHERE n.col IS NOT NULL
+       AND NOT EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = n.rel AND a.attname = n.col AND NOT a.attisdropped)
+     ORDER BY 1
+$$;
+
+-- 55000 when a column the conversion of tbl names was renamed after its prepare (above).
+CREATE FUNCTION _pg_shard_id.refuse_renamed(tbl regclass) RETURNS void
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    gone text[] := ARRAY(SELECT _pg_shard_id.renamed_columns(tbl));
+BEGIN
+    IF cardinality(gone) > 0 THEN
+        RAISE EXCEPTION 'pg_shard_id: a column the conversion of % names was renamed or dropped after its prepare', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = array_to_string(gone, E'\n'),
+                  HINT = 'Rename it back (ALTER TABLE ... RENAME COLUMN), then call this again: nothing was changed, and rows written meanwhile are filled by the sweeps. Rename it after the conversion is finished.';
     END IF;
 END $$;
 
@@ -1621,6 +1676,7 @@ BEGIN
                   HINT = format('%s.%I holds the new ids and %I the old ones; going back is a conversion of its own.',
                                 tbl, state.key_column, _pg_shard_id.derived_name(state.key_column, '_before_shard_id'));
     END IF;
+    PERFORM _pg_shard_id.refuse_renamed(tbl);
     -- each referencing table, then the table (the swap's order, and writers'), for the catalog
     -- changes only
     PERFORM _pg_shard_id.lock_tables((SELECT i.statement FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'swap' AND i.action = 'lock'));
@@ -1657,6 +1713,7 @@ DECLARE
     step _pg_shard_id.conversion_step;
     invalid text;
 BEGIN
+    PERFORM _pg_shard_id.refuse_renamed(tbl);
     FOR step IN SELECT * FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'indexes' AND NOT i.done ORDER BY i.ord LOOP
         -- (CREATE [UNIQUE] INDEX CONCURRENTLY name ON table ...: an index of that name on that
         -- table, left invalid)
@@ -1811,6 +1868,7 @@ BEGIN
                                       tbl, state.new_column, tbl::text) END;
         RETURN false;
     END IF;
+    PERFORM _pg_shard_id.refuse_renamed(tbl);
     IF state.phase = 'prepared' THEN
         missing := ARRAY(SELECT @extschema@.shard_id_convert_indexes(tbl));
         IF cardinality(missing) > 0 THEN
@@ -1916,6 +1974,7 @@ BEGIN
             USING ERRCODE = '55000', HINT = 'CALL shard_id_convert(...) until it says every row has its id.';
     END IF;
     IF state.phase = 'filled' THEN
+        PERFORM _pg_shard_id.refuse_renamed(tbl);
         SELECT * INTO step FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'finish' AND NOT i.done ORDER BY i.ord LIMIT 1;
         IF step.ord IS NOT NULL THEN
             IF step.action = 'check' THEN
