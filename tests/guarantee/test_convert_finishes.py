@@ -286,3 +286,43 @@ def convert_after_the_prepare(conn):
         conn.execute(statement)
     conn.execute("CALL shard_id_convert('purchases', 700)")
     conn.execute("CALL shard_id_convert_finish('purchases')")
+
+
+def test_a_check_that_spans_the_key_and_other_columns_is_refused(cluster, db):
+    """On 0221c01 the prepare accepted CHECK (kind <> 'legacy' OR id < 100000): the finish's
+    validation of its twin failed on every call, and from the finish's CHECK on every writer of a
+    'legacy' row failed (the eighth review). Whether new ids satisfy it depends on each row's other
+    columns, so it is refused before anything changes, with the way out (split it)."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("ALTER TABLE purchases ADD CONSTRAINT legacy_small CHECK (item <> 'legacy' OR id < 100000)")
+        conn.execute("INSERT INTO purchases (created_at, item) VALUES (now() - interval '1 day', 'legacy')")
+        refused_before_anything_changed(conn, "check constraint on the key", "legacy_small")
+
+
+def test_writers_in_replica_mode_keep_their_references(cluster, db):
+    """On 0221c01 the conversion's triggers were enabled for origin sessions only: a writer with
+    session_replication_role = replica (pglogical's or Bucardo's apply, a bulk load) skipped them:
+    a line moved to another order kept its old order's new id, and after the swap it pointed at the
+    wrong order (the eighth review). They are ENABLE ALWAYS now."""
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        assert one(conn, "SELECT string_agg(DISTINCT tgenabled::text, '') FROM pg_trigger "
+                         "WHERE tgfoid::regproc::text LIKE '_pg_shard_id.conversion_%'") == "A"
+        conn.execute("SET session_replication_role = replica")
+        conn.execute("UPDATE purchase_lines SET purchase_id = 6 WHERE purchase_id = 5")
+        conn.execute("INSERT INTO purchases (created_at, item) VALUES (now(), 'in replica mode')")
+        conn.execute("INSERT INTO purchase_lines (purchase_id, qty) "
+                     "SELECT id, 99 FROM purchases WHERE item = 'in replica mode'")
+        conn.execute("RESET session_replication_role")
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT count(*) FROM purchase_lines l LEFT JOIN purchases p ON p.id = l.purchase_id "
+                         "WHERE p.id IS NULL") == 0
+        assert one(conn, "SELECT count(*) FROM purchase_lines l JOIN purchases p ON p.id = l.purchase_id "
+                         "WHERE p.id_before_shard_id = 6") == 4  # (2 lines of 5's and 2 of 6's)
+        assert one(conn, "SELECT count(*) FROM purchase_lines l JOIN purchases p ON p.id = l.purchase_id "
+                         "WHERE p.id_before_shard_id = 5") == 0
+        assert one(conn, "SELECT count(*) FROM purchase_lines l JOIN purchases p ON p.id = l.purchase_id "
+                         "WHERE p.item = 'in replica mode' AND l.qty = 99") == 1
