@@ -1024,7 +1024,10 @@ mod tests {
                AND p.prolang <> (SELECT oid FROM pg_language WHERE lanname = 'c')",
         )
         .unwrap();
-        assert_eq!(default_guess, None, "set-returning functions with the default 1,000 rows");
+        assert_eq!(
+            default_guess, None,
+            "set-returning functions with the default 1,000 rows"
+        );
     }
 
     /// No name in the extension's SQL is resolved through the caller's search_path (issue 49): every
