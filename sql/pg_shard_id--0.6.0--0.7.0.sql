@@ -1113,9 +1113,12 @@ BEGIN
                                                tbl, new_column, tbl, new_column, seq::text, shard)
                                         || format(' CREATE TRIGGER %I BEFORE INSERT OR UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_row(%L, %L, %L, %L); ALTER TABLE %s ENABLE ALWAYS TRIGGER %I;',
                                                   fill_trigger, tbl, new_column, new_column, time_column, seq::oid, shard, tbl, fill_trigger)
-                                        || format(' CREATE TRIGGER %I AFTER DELETE OR UPDATE OF %I ON %s FOR EACH ROW WHEN (OLD.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted(%L, %L, %L); ALTER TABLE %s ENABLE ALWAYS TRIGGER %I;',
-                                                  _pg_shard_id.derived_name(fill_trigger, '_deleted'), key_column, tbl, new_column, tbl::oid, key_column, new_column,
-                                                  tbl, _pg_shard_id.derived_name(fill_trigger, '_deleted')),
+                                        || format(' CREATE TRIGGER %I AFTER DELETE ON %s FOR EACH ROW WHEN (OLD.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted(%L, %L, %L); ALTER TABLE %s ENABLE ALWAYS TRIGGER %I;',
+                                                  _pg_shard_id.derived_name(fill_trigger, '_deleted'), tbl, new_column, tbl::oid, key_column, new_column,
+                                                  tbl, _pg_shard_id.derived_name(fill_trigger, '_deleted'))
+                                        || format(' CREATE TRIGGER %I AFTER UPDATE OF %I ON %s FOR EACH ROW WHEN (OLD.%I IS NOT NULL AND OLD.%I IS DISTINCT FROM NEW.%I) EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted(%L, %L, %L); ALTER TABLE %s ENABLE ALWAYS TRIGGER %I;',
+                                                  _pg_shard_id.derived_name(fill_trigger, '_rekeyed'), key_column, tbl, new_column, key_column, key_column, tbl::oid, key_column, new_column,
+                                                  tbl, _pg_shard_id.derived_name(fill_trigger, '_rekeyed')),
                                         'the new column; rows inserted from now on get live ids, a row an UPDATE moves behind the batches gets its id from the trigger', prepared);
     -- the roles that may insert lack nothing they did not lack before: the new column's DEFAULT
     -- draws from seq (issue 55: an inserter without USAGE on it failed from the prepare on)
@@ -1272,8 +1275,9 @@ BEGIN
                                             'the old column is no longer given; the conversion''s CHECKs', finished);
     END LOOP;
     steps := steps || _pg_shard_id.step(605, 'swap', 'old key column', format('table %s', tbl), 'drop', NULL,
-                                        format('DROP TRIGGER %I ON %s; DROP TRIGGER IF EXISTS %I ON %s; DELETE FROM _pg_shard_id.conversion_deleted WHERE relid OPERATOR(pg_catalog.=) %L::pg_catalog.regclass::pg_catalog.oid',
-                                               fill_trigger, tbl, _pg_shard_id.derived_name(fill_trigger, '_deleted'), tbl, tbl::text),
+                                        format('DROP TRIGGER %I ON %s; DROP TRIGGER IF EXISTS %I ON %s; DROP TRIGGER IF EXISTS %I ON %s; DELETE FROM _pg_shard_id.conversion_deleted WHERE relid OPERATOR(pg_catalog.=) %L::pg_catalog.regclass::pg_catalog.oid',
+                                               fill_trigger, tbl, _pg_shard_id.derived_name(fill_trigger, '_deleted'), tbl,
+                                               _pg_shard_id.derived_name(fill_trigger, '_rekeyed'), tbl, tbl::text),
                                         'the conversion''s triggers, and its record of deleted rows', finished);
     steps := steps || _pg_shard_id.step(620, 'swap', 'not-null constraint', format('column %s.%I', tbl, new_column), 'build', NULL,
                                         format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, new_column), 'proved by the CHECK validated before: no scan', finished);
@@ -1484,49 +1488,42 @@ CREATE TABLE _pg_shard_id.conversion_deleted (
 );
 CREATE INDEX ON _pg_shard_id.conversion_deleted (relid, new_id);
 ALTER TABLE _pg_shard_id.conversion_deleted ENABLE ROW LEVEL SECURITY;
--- Read and removed by each table's owner; written only by conversion_record_deleted below.
+-- Read and removed by each table's owner; written only by conversion_note_deleted below.
 CREATE POLICY owner_reads ON _pg_shard_id.conversion_deleted FOR SELECT
     USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
 CREATE POLICY owner_removes ON _pg_shard_id.conversion_deleted FOR DELETE
     USING (pg_has_role((SELECT c.relowner FROM pg_class c WHERE c.oid = relid), 'USAGE'));
 GRANT SELECT, DELETE ON _pg_shard_id.conversion_deleted TO PUBLIC;
 
--- The AFTER DELETE (and UPDATE OF the key) trigger of a table being converted: records the new id
--- of a row deleted, or given another key (whose old key may be inserted again). It reads the row
--- with the rights of the role that deleted it, as a user's trigger does (as SECURITY DEFINER,
--- reading the row ran a cast to json a role could define, as the extension's owner: a
--- superuser's rights to anyone who may create a table, the third outside review of issue 55),
--- and records the id through conversion_record_deleted, which reads nothing of the row: the
--- deleting role may hold no privilege on the table (a delete cascading from a parent, or through
--- a view, runs its triggers as the role that deleted: the fourth review). TG_ARGV: the converted
--- table's oid (the trigger fires on its partitions too), its key, its new column.
+-- The AFTER DELETE and AFTER UPDATE OF the key triggers of a table being converted: record the new
+-- id of a row deleted, or given another key (whose old key may be inserted again). SECURITY
+-- DEFINER, so that the deleting role needs no privilege on the record (a delete cascading from a
+-- parent, or through a view, runs its triggers as the role that deleted: the fourth review), and
+-- so that no other role can write the record (a function that recorded ids for any caller let any
+-- role slow the swap's repair: the seventh review). It runs nothing of the table's: it reads one
+-- column of the row, the new id (bigint), by field selection (reading the whole row as json ran a
+-- cast a role could define, as the extension's owner: the third review); whether the key changed
+-- is the UPDATE trigger's WHEN clause, run as the writer. It records only for a trigger on the
+-- table being converted or one of its partitions (another role's trigger that calls it, on its
+-- own table, records nothing). TG_ARGV: the converted table's oid, its key, its new column.
 CREATE FUNCTION _pg_shard_id.conversion_note_deleted() RETURNS trigger
-LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    old_row jsonb := to_jsonb(OLD);
+    new_id bigint;
 BEGIN
-    IF TG_OP = 'UPDATE' AND old_row ->> TG_ARGV[1] IS NOT DISTINCT FROM to_jsonb(NEW) ->> TG_ARGV[1] THEN
-        RETURN NULL;  -- (the key kept its value)
+    IF NOT EXISTS (SELECT FROM _pg_shard_id.conversions c WHERE c.relid = TG_ARGV[0]::oid AND c.phase <> 'finished')
+       OR TG_RELID NOT IN (SELECT t FROM _pg_shard_id.tree(TG_ARGV[0]::oid::regclass) t) THEN
+        RETURN NULL;
     END IF;
-    IF old_row ->> TG_ARGV[2] IS NOT NULL THEN
-        PERFORM _pg_shard_id.conversion_record_deleted(TG_ARGV[0]::oid, (old_row ->> TG_ARGV[2])::bigint);
+    BEGIN
+        EXECUTE format('SELECT ($1).%I', TG_ARGV[2]) INTO new_id USING OLD;
+    EXCEPTION WHEN undefined_column THEN
+        RETURN NULL;  -- (the new column renamed after the prepare: the steps refuse until it is named back)
+    END;
+    IF new_id IS NOT NULL THEN
+        INSERT INTO _pg_shard_id.conversion_deleted (relid, new_id) VALUES (TG_ARGV[0]::oid, new_id);
     END IF;
     RETURN NULL;
-END $$;
-
--- Records a deleted row's new id for table converted, if it has the trigger above (from the
--- prepare to the swap). SECURITY DEFINER, and given only an oid and a bigint: it runs nothing of
--- the caller's. Any role may call it: an id recorded that no row of the table had only makes the
--- repair look for referencing rows that hold it, and set them to the value they would get anyway
--- (the new id of the row their old key names); many of them slow the swap's repair (a probe of
--- an index each, under its locks).
-CREATE FUNCTION _pg_shard_id.conversion_record_deleted(converted oid, new_id bigint) RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    IF EXISTS (SELECT FROM pg_trigger t
-                WHERE t.tgrelid = converted AND t.tgfoid = '_pg_shard_id.conversion_note_deleted()'::regprocedure) THEN
-        INSERT INTO _pg_shard_id.conversion_deleted (relid, new_id) VALUES (converted, new_id);
-    END IF;
 END $$;
 
 -- The columns a prepared conversion names, in its state and in its triggers' arguments, that no
@@ -2171,9 +2168,8 @@ COMMENT ON FUNCTION _pg_shard_id.convert_arguments(regclass, integer) IS 'shard_
 COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction of shard_id_convert_finish: a check before the swap, the swap, or a foreign key validated; whether there is more to do.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
 COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
-COMMENT ON FUNCTION _pg_shard_id.conversion_record_deleted(oid, bigint) IS 'Records a deleted row''s new id for a table with the conversion''s trigger; reads nothing of the row (SECURITY DEFINER).';
 COMMENT ON FUNCTION _pg_shard_id.sweep(regclass, text, boolean) IS 'The sweeps of a conversion: rows still without a new id, referencing rows whose referenced row was not known, and those of a row deleted and inserted again; then the record of deleted rows loses what they saw.';
 COMMENT ON FUNCTION _pg_shard_id.lock_tables(text) IS 'The swap''s locks, taken without holding one while waiting long for another: attempts of at most 200 ms a lock, for 10 s in all.';
 COMMENT ON PROCEDURE shard_id_convert_abandon(regclass) IS 'Abandons a conversion before its swap: drops its triggers and new columns (with their twin indexes and CHECKs) and its progress row; the table is as it was before the prepare.';
 COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap block, counted in the first 8 blocks: the batch size of a table never analyzed.';
-COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE trigger of a table being converted: records the deleted rows'' new ids, so that rows referencing one inserted again with its old key follow it.';
+COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE and UPDATE OF the key triggers of a table being converted: record the new ids of rows deleted or given another key, so that rows referencing one inserted again with its old key follow it (SECURITY DEFINER; reads only the new id, by field selection; records only for a trigger on the table being converted).';

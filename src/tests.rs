@@ -469,7 +469,6 @@ mod tests {
             "shard_id_convert_abandon(regclass):vu-",
             "_pg_shard_id.rows_per_block(regclass):sss",
             "_pg_shard_id.conversion_note_deleted():vu-",
-            "_pg_shard_id.conversion_record_deleted(oid,bigint):vus",
             "_pg_shard_id.sweep(regclass,text,boolean):vu-",
             "_pg_shard_id.lock_tables(text):vu-",
             "_pg_shard_id.conversion_id(regclass,integer,timestamp with time zone):vu-",

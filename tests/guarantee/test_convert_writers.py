@@ -291,8 +291,13 @@ def test_the_trigger_that_records_deleted_rows_runs_no_code_as_the_extension_own
         for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('moods')").fetchall():
             conn.execute(statement)
         # its own table, with the trigger attached by hand
-        conn.execute("CREATE TABLE bait (k int, m mood)")
+        # (naming the table being converted: on 9c4038b any role could record ids for it, through
+        # conversion_record_deleted, and slow its swap's repair: the seventh review)
+        conn.execute("CREATE TABLE bait (k bigint, m mood)")
+        moods = one(conn, "SELECT 'moods'::regclass::oid")
         conn.execute("CREATE TRIGGER bait AFTER UPDATE ON bait FOR EACH ROW "
+                     f"EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted('{moods}', 'k', 'k')")
+        conn.execute("CREATE TRIGGER bait_zero AFTER UPDATE ON bait FOR EACH ROW "
                      "EXECUTE FUNCTION _pg_shard_id.conversion_note_deleted('0', 'k', 'k')")
         conn.execute("INSERT INTO bait VALUES (1, 'a')")
         conn.execute("RESET ROLE")
@@ -305,6 +310,7 @@ def test_the_trigger_that_records_deleted_rows_runs_no_code_as_the_extension_own
         assert one(conn, "SELECT rolsuper FROM pg_roles WHERE rolname = %s", (mallory,)) is False
         assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_deleted WHERE relid = 'moods'::regclass") == 1
         assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversion_deleted WHERE relid = 0") == 0
+        assert one(conn, "SELECT to_regprocedure('_pg_shard_id.conversion_record_deleted(oid, bigint)')") is None
         conn.execute("CALL shard_id_convert_abandon('moods')")
 
 
