@@ -189,7 +189,7 @@ fn caller_may_read_ids_of(relation: pg_sys::Oid) -> bool {
     if !unsafe { pg_sys::get_rel_relispartition(relation) } {
         return false;
     }
-    let ancestors = Spi::get_one_with_args::<Vec<pg_sys::Oid>>(
+    let ancestors = crate::read::one_with_args::<Vec<pg_sys::Oid>>(
         "SELECT pg_catalog.array_agg(a.relid::pg_catalog.oid) \
            FROM pg_catalog.pg_partition_ancestors($1::pg_catalog.regclass) a",
         &[relation.into()],

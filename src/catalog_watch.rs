@@ -102,7 +102,7 @@ impl Transactions for Pg {
     }
 
     fn newest_prepared(&self) -> u64 {
-        let newest = Spi::get_one::<i64>(
+        let newest = crate::read::one::<i64>(
             "SELECT max(transaction::text::bigint) FROM pg_catalog.pg_prepared_xacts",
         );
         match newest {

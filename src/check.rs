@@ -124,17 +124,20 @@ fn without_hanging<T>(
 }
 
 fn one<T: IntoDatum + FromDatum>(sql: &str) -> Option<T> {
-    Spi::get_one::<T>(sql).unwrap_or_else(|e| error!("pg_shard_id: {sql}: {e}"))
+    crate::read::one::<T>(sql).unwrap_or_else(|e| error!("pg_shard_id: {sql}: {e}"))
 }
 
-/// The earliest epoch recorded in `_pg_shard_id.origin` (see `health::epoch` for the nesting).
-fn recorded_epoch() -> Option<Option<i64>> {
+/// The earliest and the latest epochs recorded in `_pg_shard_id.origin` (see `health::epoch`).
+fn recorded_epoch() -> Option<Option<(i64, i64)>> {
     one::<bool>("SELECT pg_catalog.to_regclass('_pg_shard_id.origin') IS NOT NULL")
         .unwrap_or(false)
         .then(|| {
-            one::<i64>(
-                "SELECT (extract(epoch FROM min(epoch)) * 1000)::bigint FROM _pg_shard_id.origin",
+            one::<Vec<i64>>(
+                "SELECT ARRAY[(extract(epoch FROM min(epoch)) * 1000)::bigint, \
+                              (extract(epoch FROM max(epoch)) * 1000)::bigint] \
+                 FROM _pg_shard_id.origin HAVING count(*) > 0",
             )
+            .map(|both| (both[0], both[1]))
         })
 }
 

@@ -26,6 +26,7 @@ mod open_draws;
 mod origin;
 mod partition;
 mod privilege;
+mod read;
 mod resync;
 mod routing;
 mod scoped;

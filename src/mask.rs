@@ -560,6 +560,7 @@ fn shard_id_mask_keys_record() -> TableIterator<
         .keys()
         .map(|key| {
             let value = key.check_value();
+            #[allow(clippy::disallowed_methods)] // (it writes: a transaction id is needed)
             let added = Spi::get_one_with_args::<i32>(
                 "INSERT INTO _pg_shard_id.mask_keys (key_id, check_value) VALUES ($1, $2) \
                  ON CONFLICT (key_id) DO NOTHING RETURNING key_id",

@@ -136,7 +136,7 @@ fn citus_local_group_relation() -> Option<pg_sys::Oid> {
 }
 
 fn read_group_id() -> i64 {
-    Spi::get_one::<i32>("SELECT groupid FROM pg_catalog.pg_dist_local_group")
+    crate::read::one::<i32>("SELECT groupid FROM pg_catalog.pg_dist_local_group")
         .ok()
         .flatten()
         .map_or(i64::from(i32::MIN), i64::from)

@@ -139,7 +139,7 @@ fn raise_floor(table: &SlotTable, epoch_unix_ms: i64, floor_unix_ms: i64, made_b
 /// The oid of `signature` (schema-qualified), if it exists and is a member of this extension
 /// (so no role can plant a function of that name for `next_shard_id` to call).
 fn member_function(signature: &str) -> Option<pg_sys::Oid> {
-    let oid = Spi::get_one::<pg_sys::Oid>(&format!(
+    let oid = crate::read::one::<pg_sys::Oid>(&format!(
         "SELECT pg_catalog.to_regprocedure({})::pg_catalog.oid",
         spi::quote_literal(signature)
     ))
@@ -248,7 +248,7 @@ fn record_without_failing() -> Recording {
 /// (a `FOR ALL TABLES` subscription) never waits for it. (VACUUM takes the same lock: a recorder
 /// that meets one records at its next transaction.)
 fn lock_origin_at_once() -> bool {
-    let Some(table) = Spi::get_one::<pg_sys::Oid>(
+    let Some(table) = crate::read::one::<pg_sys::Oid>(
         "SELECT pg_catalog.to_regclass('_pg_shard_id.origin')::pg_catalog.oid",
     )
     .ok()

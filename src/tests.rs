@@ -6,6 +6,7 @@
 //! `tests/cluster/` instead; what a user sees in psql is in `tests/pg_regress/`.
 
 #[pgrx::pg_schema]
+#[allow(clippy::disallowed_methods)] // (the tests write and read freely: a primary, a rolled-back transaction)
 mod tests {
     use pgrx::prelude::*;
 

@@ -300,6 +300,7 @@ unsafe fn read_rows() -> (Vec<(Column, bool)>, bool) {
 
 #[cfg(any(test, feature = "pg_test"))]
 #[pgrx::pg_schema]
+#[allow(clippy::disallowed_methods)] // (tests)
 mod tests {
     use super::{run, Query};
     use pgrx::prelude::*;

@@ -133,8 +133,10 @@ pub fn lease(
 }
 
 /// What `_pg_shard_id.origin` holds: `None` if the table is missing (the SQL of a version before
-/// 0.4.0), `Some(None)` if it has no rows, `Some(Some(epoch))` with the earliest recorded epoch.
-pub fn epoch(configured_unix_ms: i64, recorded: Option<Option<i64>>) -> Finding {
+/// 0.4.0), `Some(None)` if it has no rows, `Some(Some((earliest, latest)))` with the earliest and
+/// the latest recorded epochs (a server that moved its epoch earlier keeps its row of the later
+/// one beside the new one: the latest is the epoch the first of the ids here were made with).
+pub fn epoch(configured_unix_ms: i64, recorded: Option<Option<(i64, i64)>>) -> Finding {
     let configured = format_unix_ms(configured_unix_ms);
     match recorded {
         None => finding(
@@ -148,7 +150,7 @@ pub fn epoch(configured_unix_ms: i64, recorded: Option<Option<i64>>) -> Finding 
             Status::Ok,
             format!("no ids recorded in this database yet; the first records pg_shard_id.epoch ({configured})"),
         ),
-        Some(Some(recorded)) if configured_unix_ms > recorded => finding(
+        Some(Some((recorded, _))) if configured_unix_ms > recorded => finding(
             "epoch",
             Status::Failed,
             format!(
@@ -158,13 +160,24 @@ pub fn epoch(configured_unix_ms: i64, recorded: Option<Option<i64>>) -> Finding 
                 r = format_unix_ms(recorded)
             ),
         ),
-        Some(Some(recorded)) if configured_unix_ms < recorded => finding(
+        // An earlier epoch keeps ids unique (new ones are above the old), so the server issues;
+        // but every id decodes to another time than it was made at, which is what a typo on one
+        // standby would do silently after a failover (issue 58): failed, so the alert fires while
+        // the standby is still a standby.
+        Some(Some((_, recorded))) if configured_unix_ms < recorded => finding(
             "epoch",
-            Status::Ok,
+            Status::Failed,
             format!(
-                "pg_shard_id.epoch ({configured}) is earlier than the recorded one ({}): new ids \
-                 stay above the old ones",
-                format_unix_ms(recorded)
+                "pg_shard_id.epoch ({configured}) is earlier than the epoch this database's ids \
+                 were made with ({r}): ids stay unique (new ones are above the old), but every id \
+                 decodes to a time {gap} ms earlier than it was made at. Fix: if the setting is a \
+                 mistake, set pg_shard_id.epoch = '{r}' in postgresql.conf and restart before this \
+                 server issues ids (once it has, {r} is later than its lease and refused: keep \
+                 {configured}); if the epoch was moved on purpose, on every server, a superuser \
+                 records it in each database: UPDATE _pg_shard_id.origin SET epoch = \
+                 '{configured}'.",
+                r = format_unix_ms(recorded),
+                gap = recorded - configured_unix_ms
             ),
         ),
         Some(Some(_)) => finding(
@@ -348,9 +361,23 @@ mod tests {
     fn epoch_configured_against_recorded() {
         assert_eq!(epoch(EPOCH, None).status, Status::Warning);
         assert_eq!(epoch(EPOCH, Some(None)).status, Status::Ok);
-        assert_eq!(epoch(EPOCH, Some(Some(EPOCH))).status, Status::Ok);
-        assert_eq!(epoch(EPOCH, Some(Some(EPOCH + 1))).status, Status::Ok);
-        let later = epoch(EPOCH, Some(Some(EPOCH - 1000)));
+        assert_eq!(epoch(EPOCH, Some(Some((EPOCH, EPOCH)))).status, Status::Ok);
+        // earlier than the recorded one: unique still, but every id decodes to another time
+        let earlier = epoch(EPOCH, Some(Some((EPOCH + 1000, EPOCH + 1000))));
+        assert_eq!(earlier.status, Status::Failed);
+        assert!(
+            earlier.detail.contains("(2026-01-01 00:00:00.000+00) is earlier than")
+                && earlier.detail.contains("made with (2026-01-01 00:00:01.000+00)")
+                && earlier.detail.contains("1000 ms earlier"),
+            "{}",
+            earlier.detail
+        );
+        // ids made here since with the earlier epoch (its row beside the old one): still failed
+        assert_eq!(
+            epoch(EPOCH, Some(Some((EPOCH, EPOCH + 1000)))).status,
+            Status::Failed
+        );
+        let later = epoch(EPOCH, Some(Some((EPOCH - 1000, EPOCH - 1000))));
         assert_eq!(later.status, Status::Failed);
         assert!(later
             .detail
