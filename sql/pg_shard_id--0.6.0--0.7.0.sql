@@ -253,10 +253,19 @@ $$;
 -- An expression of a relation's catalog (an index's expressions or predicate, a CHECK) with the
 -- given columns moved to others, printed as SQL: src/convert.rs. Its argument is a pg_node_tree,
 -- which no role can make from text, so only a catalog's own trees reach the C code.
+CREATE FUNCTION _pg_shard_id.expression_moved_bytes(tree pg_node_tree, rel regclass, from_columns smallint[],
+                                                    to_columns smallint[]) RETURNS bytea[]
+LANGUAGE c STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp
+AS 'MODULE_PATHNAME', 'expression_moved_bytes_wrapper';
+-- ... as text: the C function hands over the bytes PostgreSQL printed, in the database's
+-- encoding, which a Rust string could not hold in a LATIN1 database (the ninth review).
 CREATE FUNCTION _pg_shard_id.expression_moved(tree pg_node_tree, rel regclass, from_columns smallint[],
                                               to_columns smallint[]) RETURNS text[]
-LANGUAGE c STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp
-AS 'MODULE_PATHNAME', 'expression_moved_wrapper';
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ARRAY(SELECT convert_from(b, getdatabaseencoding())
+                   FROM unnest(_pg_shard_id.expression_moved_bytes(tree, rel, from_columns, to_columns)) WITH ORDINALITY u(b, n)
+                  ORDER BY n)
+$$;
 
 -- CREATE INDEX for an index with the given columns moved (built on the new columns): form
 -- 'concurrently' (a table's index, named name), or 'parent' (a partitioned table's, which
@@ -277,6 +286,7 @@ DECLARE
     col smallint;
     part text;
     option smallint;
+    moved boolean;
     opclass_options text;
 BEGIN
     SELECT * INTO i FROM pg_index WHERE indexrelid = idx;
@@ -286,11 +296,13 @@ BEGIN
     END IF;
     FOR k IN 0 .. i.indnatts - 1 LOOP
         col := i.indkey[k];
+        moved := false;
         IF col = 0 THEN
             nexpr := nexpr + 1;
             part := '(' || exprs[nexpr] || ')';
         ELSE
-            IF col = ANY (from_columns) THEN
+            moved := col = ANY (from_columns);
+            IF moved THEN
                 col := to_columns[array_position(from_columns, col)];
             END IF;
             SELECT quote_ident(a.attname) INTO part
@@ -302,7 +314,9 @@ BEGIN
         END IF;
         -- (a collation other than the column's, or than the default for an expression; an
         -- operator class that is not the default: omitted, the new column's type gets its own)
-        IF i.indcollation[k] <> 0 AND i.indcollation[k] <> (CASE WHEN col = 0 THEN 100
+        -- (a moved column is bigint now: no collation, and its old type's operator class only if
+        -- it is bigint's: a text key's text_pattern_ops is not: the ninth review)
+        IF i.indcollation[k] <> 0 AND NOT (col <> 0 AND moved) AND i.indcollation[k] <> (CASE WHEN col = 0 THEN 100
                ELSE (SELECT a.attcollation FROM pg_attribute a WHERE a.attrelid = i.indrelid AND a.attnum = col) END) THEN
             part := part || ' COLLATE ' || (SELECT format('%I.%I', n.nspname, o.collname) FROM pg_collation o
                                               JOIN pg_namespace n ON n.oid = o.collnamespace WHERE o.oid = i.indcollation[k]);
@@ -311,7 +325,8 @@ BEGIN
         -- column's attoptions: the class is then named even when it is the default)
         opclass_options := (SELECT string_agg(format('%s = %L', split_part(o, '=', 1), substr(o, strpos(o, '=') + 1)), ', ')
                               FROM pg_attribute a, unnest(a.attoptions) o WHERE a.attrelid = idx AND a.attnum = k + 1);
-        IF NOT (SELECT o.opcdefault FROM pg_opclass o WHERE o.oid = i.indclass[k]) OR opclass_options IS NOT NULL THEN
+        IF (NOT (SELECT o.opcdefault FROM pg_opclass o WHERE o.oid = i.indclass[k]) OR opclass_options IS NOT NULL)
+           AND NOT (col <> 0 AND moved AND (SELECT o.opcintype FROM pg_opclass o WHERE o.oid = i.indclass[k]) <> 'bigint'::regtype) THEN
             part := part || ' ' || (SELECT format('%I.%I', n.nspname, o.opcname) FROM pg_opclass o
                                       JOIN pg_namespace n ON n.oid = o.opcnamespace WHERE o.oid = i.indclass[k])
                          || coalesce(' (' || opclass_options || ')', '');
@@ -387,6 +402,8 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 32 SET search_path = pg_catalog, pg_te
     ('old key column', 'pg_attribute', 'keep', 'renamed <key>_before_shard_id, with its values, DEFAULT or identity; no longer NOT NULL (unless identity or partition key)'),
     ('partitioned referencing table', 'pg_class.relkind', 'refuse', 'PostgreSQL 15 to 17 refuse the NOT VALID foreign key the swap makes on a partitioned table: drop the foreign key, convert, add it again (18 allows it)'),
     ('no index on the key', 'pg_index', 'refuse', 'next_shard_id_at reads the new ids from a btree index with the new column first, the twin of one with the key first: make one first'),
+    ('key type', 'pg_attribute.atttypid, pg_operator', 'refuse', 'a key whose type''s equality operator is not PostgreSQL''s own (an extension''s type: ltree, citext, isn): the conversion''s triggers and sweeps compare keys with pg_catalog''s operators only, so that no role''s operator runs in them'),
+    ('check constraint of the whole row', 'pg_constraint.conkey (0)', 'refuse', 'a CHECK that passes the whole row to a function (CHECK (f(t))): whether the new ids satisfy it cannot be tried; drop it, convert, add it again'),
     ('check constraint not valid', 'pg_constraint.convalidated', 'refuse', 'every batch UPDATE checks a NOT VALID CHECK (or, on PostgreSQL 18, NOT NULL): validate it (or drop it) first'),
     ('check constraint on the key', 'pg_constraint.conbin', 'refuse', 'a CHECK on the key or a referencing column alone that a new id does not satisfy (id < 2^31), or on a referencing column that a writer''s placeholder (-2) does not: drop or change it first'),
     ('depends on the key''s constraint', 'pg_depend: pg_constraint', 'refuse', 'a view that groups by the key depends on its primary key, which the swap drops: drop it, convert, create it again'),
@@ -661,6 +678,27 @@ BEGIN
                     format('CREATE INDEX ON %s (%I)', tbl, key_column),
                     format('no btree index of %s has %I as its first column: the new column''s twin would have none either, and next_shard_id_at reads the ids stored in it there; make one (CONCURRENTLY) first', tbl, key_column), false);
     END IF;
+    -- the key's type: its equality operator must be pg_catalog's (the triggers' WHEN clauses and
+    -- the sweeps compare keys under search_path = pg_catalog: an extension's type (ltree) made
+    -- the prepare fail after the plan said yes: the ninth review)
+    IF NOT prepared AND NOT EXISTS (
+        SELECT FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+          JOIN pg_operator o ON o.oprname = '=' AND o.oprleft = coalesce(nullif(t.typbasetype, 0), t.oid)
+                            AND o.oprright = o.oprleft AND o.oprnamespace = 'pg_catalog'::regnamespace
+         WHERE a.attrelid = tbl AND a.attname = key_column) THEN
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'key type', format('column %s.%I', tbl, key_column), 'refuse', NULL, NULL,
+                    format('the type of %s.%I has no equality operator of PostgreSQL''s own: the conversion compares keys with pg_catalog''s operators only (an extension''s type, such as ltree or citext, is not converted)', tbl, key_column), false);
+    END IF;
+    -- a CHECK that takes the whole row (CHECK (f(t))): its conkey is {0}, which no column's
+    -- dependents show, and whether new ids satisfy it cannot be tried (the ninth review)
+    FOR x IN SELECT DISTINCT con.conname, con.conrelid::regclass AS rel, pg_get_constraintdef(con.oid) AS def
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND 0 = ANY (con.conkey) AND con.conislocal
+              WHERE NOT prepared LOOP
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint of the whole row', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
+                    format('ALTER TABLE %s DROP CONSTRAINT %I', x.rel, x.conname),
+                    format('%s takes the whole row, key included: whether the new ids satisfy it cannot be tried here; drop it, convert, add it again', x.def), false);
+    END LOOP;
     -- a user's NOT VALID CHECK: every batch UPDATE checks it, and a row that breaks it stops them
     FOR x IN SELECT DISTINCT con.oid, con.conname, con.conrelid::regclass AS rel
                FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
@@ -1535,23 +1573,19 @@ END $$;
 -- meanwhile: a trigger reads a missing column as NULL.
 CREATE FUNCTION _pg_shard_id.renamed_columns(tbl regclass) RETURNS SETOF text
 LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 4 SET search_path = pg_catalog, pg_temp AS $$
-    WITH triggers AS (
-        SELECT t.tgrelid, p.proname,
-               ARRAY(SELECT convert_from(decode(a, 'escape'), 'UTF8')
-                       FROM unnest(string_to_array(encode(t.tgargs, 'escape'), '\000')) WITH ORDINALITY x(a, i)
-                      WHERE i <= t.tgnargs ORDER BY i) AS args
+    WITH triggers AS MATERIALIZED (
+        -- (only the triggers on the table and on the tables whose foreign keys reference it,
+        -- whose owners the conversion works for, are read: another role's trigger elsewhere
+        -- that calls these functions with made-up arguments is never decoded: the ninth review)
+        SELECT t.tgrelid, p.proname, t.tgargs, t.tgnargs
           FROM pg_trigger t JOIN pg_proc p ON p.oid = t.tgfoid
          WHERE t.tgparentid = 0
            AND p.oid IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure,
                          '_pg_shard_id.conversion_note_deleted()'::regprocedure)
+           AND (t.tgrelid = tbl OR t.tgrelid IN (SELECT f.conrelid FROM pg_constraint f WHERE f.contype = 'f' AND f.confrelid = tbl))
     ),
     ours AS (
-        -- (on the table, or on a table whose foreign key references it: another role's trigger
-        -- that calls these functions with made-up arguments elsewhere names nothing here)
-        SELECT * FROM triggers
-         WHERE tgrelid = tbl
-            OR (proname = 'conversion_fill_reference' AND args[3] = tbl::oid::text
-                AND tgrelid IN (SELECT f.conrelid FROM pg_constraint f WHERE f.contype = 'f' AND f.confrelid = tbl))
+        SELECT t.tgrelid, t.proname, _pg_shard_id.trigger_arguments(t.tgargs, t.tgnargs) AS args FROM triggers t
     ),
     named (rel, col) AS (
         SELECT c.relid::oid, unnest(ARRAY[c.key_column, c.new_column, c.time_column]::text[])
@@ -1560,8 +1594,9 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 4 SET search_path = pg_catalog, pg
         SELECT tgrelid, args[i] FROM ours, unnest(CASE proname WHEN 'conversion_fill_row' THEN ARRAY[1, 2]
                                                                     WHEN 'conversion_note_deleted' THEN ARRAY[2, 3]
                                                                     ELSE ARRAY[1, 2] END) i
+         WHERE tgrelid = tbl OR args[3] = tbl::oid::text
         UNION
-        SELECT tbl::oid, args[i] FROM ours, unnest(ARRAY[4, 6]) i WHERE proname = 'conversion_fill_reference'
+        SELECT tbl::oid, args[i] FROM ours, unnest(ARRAY[4, 6]) i WHERE proname = 'conversion_fill_reference' AND args[3] = tbl::oid::text
     )
     SELECT format('%s has no column %I', n.rel::regclass, n.col)
       FROM named n
@@ -1569,6 +1604,27 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 4 SET search_path = pg_catalog, pg
        AND NOT EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = n.rel AND a.attname = n.col AND NOT a.attisdropped)
      ORDER BY 1
 $$;
+
+-- A trigger's arguments (pg_trigger.tgargs: each followed by a zero byte), as text in the
+-- database's encoding; an argument that is not valid text there is NULL (it names no column).
+CREATE FUNCTION _pg_shard_id.trigger_arguments(args bytea, n smallint) RETURNS text[]
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    found text[] := '{}';
+    cut integer;
+BEGIN
+    FOR k IN 1 .. n LOOP
+        cut := position('\x00'::bytea IN args);
+        EXIT WHEN cut = 0;
+        BEGIN
+            found := found || convert_from(substring(args FROM 1 FOR cut - 1), getdatabaseencoding());
+        EXCEPTION WHEN OTHERS THEN
+            found := found || NULL::text;
+        END;
+        args := substring(args FROM cut + 1);
+    END LOOP;
+    RETURN found;
+END $$;
 
 -- 55000 when a column the conversion of tbl names was renamed after its prepare (above).
 CREATE FUNCTION _pg_shard_id.refuse_renamed(tbl regclass) RETURNS void
@@ -2168,6 +2224,10 @@ COMMENT ON FUNCTION _pg_shard_id.convert_arguments(regclass, integer) IS 'shard_
 COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction of shard_id_convert_finish: a check before the swap, the swap, or a foreign key validated; whether there is more to do.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
 COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
+COMMENT ON FUNCTION _pg_shard_id.expression_moved_bytes(pg_node_tree, regclass, smallint[], smallint[]) IS 'expression_moved''s C part: the expressions printed, as the bytes of the text in the database''s encoding.';
+COMMENT ON FUNCTION _pg_shard_id.renamed_columns(regclass) IS 'The columns a prepared conversion names (in its state and its triggers'' arguments) that no longer exist under that name: renamed or dropped after the prepare.';
+COMMENT ON FUNCTION _pg_shard_id.trigger_arguments(bytea, smallint) IS 'A trigger''s arguments (pg_trigger.tgargs) as text in the database''s encoding; one that is not valid text there is NULL.';
+COMMENT ON FUNCTION _pg_shard_id.refuse_renamed(regclass) IS 'Raises 55000 naming each column a conversion names that was renamed or dropped after its prepare; every step calls it before it changes anything.';
 COMMENT ON FUNCTION _pg_shard_id.sweep(regclass, text, boolean) IS 'The sweeps of a conversion: rows still without a new id, referencing rows whose referenced row was not known, and those of a row deleted and inserted again; then the record of deleted rows loses what they saw.';
 COMMENT ON FUNCTION _pg_shard_id.lock_tables(text) IS 'The swap''s locks, taken without holding one while waiting long for another: attempts of at most 200 ms a lock, for 10 s in all.';
 COMMENT ON PROCEDURE shard_id_convert_abandon(regclass) IS 'Abandons a conversion before its swap: drops its triggers and new columns (with their twin indexes and CHECKs) and its progress row; the table is as it was before the prepare.';

@@ -9,7 +9,7 @@ a batch converted every row at once). Run by tests/guarantee/run.sh."""
 import psycopg
 import pytest
 
-from test_convert_schema import base_schema, convert, one, prepare
+from test_convert_schema import base_schema, convert, one, prepare, role
 
 
 def columns(conn, table):
@@ -326,3 +326,95 @@ def test_writers_in_replica_mode_keep_their_references(cluster, db):
                          "WHERE p.id_before_shard_id = 5") == 0
         assert one(conn, "SELECT count(*) FROM purchase_lines l JOIN purchases p ON p.id = l.purchase_id "
                          "WHERE p.item = 'in replica mode' AND l.qty = 99") == 1
+
+
+def test_a_trigger_of_another_role_with_made_up_arguments_stops_nothing(cluster, db):
+    """On 51b418e the rename check decoded the arguments of every trigger of the database that
+    calls the conversion's functions: a role's own trigger with an argument holding a backslash and
+    000 made the decoding fail, and every step of every conversion, abandoning included, with it
+    (the ninth review). Only the triggers on the table and its referencing tables are read now, and
+    an argument is split on its zero byte."""
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        mallory = role(conn, db, "mallory")
+        conn.execute(f'CREATE SCHEMA m AUTHORIZATION "{mallory}"')
+        conn.execute(f'SET ROLE "{mallory}"')
+        conn.execute("CREATE TABLE m.t (a int)")
+        conn.execute("CREATE TRIGGER x BEFORE INSERT ON m.t FOR EACH ROW "
+                     "EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(E'a\\\\000', 'b', 'c')")
+        conn.execute("RESET ROLE")
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT count(*) FROM purchases WHERE shard_id_extract_shard(id) = 5") == \
+            one(conn, "SELECT count(*) FROM purchases")
+
+
+def test_a_latin1_database_with_accented_names_converts(cluster, db):
+    """On 51b418e the rename check decoded trigger arguments as UTF-8: in a LATIN1 database a
+    column named créé_le stopped every step after the prepare (the ninth review)."""
+    latin1 = (db + "_latin1")[-60:]
+    cluster.sql(f"DROP DATABASE IF EXISTS {latin1}")
+    cluster.sql(f"CREATE DATABASE {latin1} ENCODING 'LATIN1' LC_COLLATE 'C' LC_CTYPE 'C' TEMPLATE template0")
+    cluster.sql("SET client_min_messages = warning; CREATE EXTENSION pg_shard_id", latin1)
+    with cluster.connect(latin1) as conn:
+        conn.autocommit = True
+        conn.execute('CREATE TABLE commandes (id bigserial PRIMARY KEY, "créé_le" timestamptz NOT NULL)')
+        conn.execute('CREATE TABLE lignes (id bigserial PRIMARY KEY, "commandé" bigint REFERENCES commandes)')
+        conn.execute("""INSERT INTO commandes ("créé_le") SELECT now() - g * interval '1 min' FROM generate_series(1, 300) g""")
+        conn.execute("""INSERT INTO lignes ("commandé") SELECT id FROM commandes""")
+        conn.execute("CREATE SEQUENCE commandes_shard_id_seq")
+        conn.execute("CALL shard_id_convert_prepare('commandes', 'créé_le', 'commandes_shard_id_seq', 5)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('commandes')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('commandes', 100)")
+        conn.execute("CALL shard_id_convert_finish('commandes')")
+        assert one(conn, """SELECT count(*) FROM lignes l JOIN commandes c ON c.id = l."commandé" """
+                         "WHERE shard_id_extract_shard(c.id) = 5") == 300
+
+
+def test_a_text_key_converts(cluster, db):
+    """On 51b418e a text key was accepted by the plan and the prepare, then its twin index asked
+    for COLLATE on the bigint column ("collations are not supported by type bigint"): the
+    conversion could not go on (the ninth review). A text_pattern_ops index on it too."""
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        conn.execute("CREATE TABLE codes (code text PRIMARY KEY, created_at timestamptz NOT NULL)")
+        conn.execute("CREATE INDEX codes_prefix ON codes (code text_pattern_ops)")
+        conn.execute("CREATE TABLE uses (id bigserial PRIMARY KEY, code text REFERENCES codes)")
+        conn.execute("INSERT INTO codes SELECT 'c' || g, now() - g * interval '1 min' FROM generate_series(1, 200) g")
+        conn.execute("INSERT INTO uses (code) SELECT code FROM codes")
+        conn.execute("CREATE SEQUENCE codes_shard_id_seq")
+        conn.execute("CALL shard_id_convert_prepare('codes', 'created_at', 'codes_shard_id_seq', 5)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('codes')").fetchall():
+            conn.execute(statement)
+        conn.execute("INSERT INTO codes VALUES ('during', now())")
+        conn.execute("INSERT INTO uses (code) VALUES ('during')")
+        conn.execute("CALL shard_id_convert('codes', 100)")
+        conn.execute("CALL shard_id_convert_finish('codes')")
+        assert one(conn, "SELECT count(*) FROM uses u JOIN codes c ON c.code = u.code") == 201
+        assert one(conn, "SELECT count(*) FROM codes WHERE shard_id_extract_shard(code) = 5") == 201
+
+
+def test_a_check_of_the_whole_row_is_refused(cluster, db):
+    """On 51b418e CHECK (f(t)), which takes the whole row, was carried untouched through the
+    conversion, and from the swap on a writer of a 'legacy' row failed (the ninth review)."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("CREATE FUNCTION purchase_ok(p purchases) RETURNS boolean LANGUAGE sql IMMUTABLE "
+                     "AS $$ SELECT p.item <> 'legacy' OR p.id < 100000 $$")
+        conn.execute("ALTER TABLE purchases ADD CONSTRAINT legacy_small CHECK (purchase_ok(purchases))")
+        refused_before_anything_changed(conn, "check constraint of the whole row", "legacy_small")
+
+
+def test_a_key_type_of_an_extension_is_refused(cluster, db):
+    """On 51b418e the plan accepted an ltree key and the prepare failed on its trigger's WHEN
+    clause (operator does not exist: ltree = ltree, under the pinned search_path): the plan and the
+    prepare disagreed (the ninth review). Both refuse it now, naming the column."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS ltree")
+        conn.execute("CREATE TABLE purchases (id ltree PRIMARY KEY, created_at timestamptz NOT NULL, item text)")
+        conn.execute("CREATE TABLE purchase_lines (id bigserial PRIMARY KEY, purchase_id ltree REFERENCES purchases)")
+        conn.execute("INSERT INTO purchases VALUES ('a.b', now() - interval '1 day', 'x')")
+        conn.execute("CREATE SEQUENCE purchases_shard_id_seq")
+        refused_before_anything_changed(conn, "key type", "purchases.id")

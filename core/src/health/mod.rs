@@ -366,8 +366,12 @@ mod tests {
         let earlier = epoch(EPOCH, Some(Some((EPOCH + 1000, EPOCH + 1000))));
         assert_eq!(earlier.status, Status::Failed);
         assert!(
-            earlier.detail.contains("(2026-01-01 00:00:00.000+00) is earlier than")
-                && earlier.detail.contains("made with (2026-01-01 00:00:01.000+00)")
+            earlier
+                .detail
+                .contains("(2026-01-01 00:00:00.000+00) is earlier than")
+                && earlier
+                    .detail
+                    .contains("made with (2026-01-01 00:00:01.000+00)")
                 && earlier.detail.contains("1000 ms earlier"),
             "{}",
             earlier.detail
