@@ -471,6 +471,71 @@ BEGIN
                        ELSE '' END);
 END $$;
 
+-- Whether keys of this type compare with an equality operator that resolves under
+-- search_path = pg_catalog, as the conversion's triggers and sweeps compare them (varchar: text's;
+-- ltree, citext: none). Tried by parsing the comparison, as they are.
+CREATE FUNCTION _pg_shard_id.equality_of_pg_catalog(t regtype) RETURNS boolean
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    EXECUTE format('SELECT NULL::%s = NULL::%s', t, t);
+    RETURN true;
+EXCEPTION WHEN undefined_function OR ambiguous_function THEN
+    RETURN false;
+END $$;
+
+-- Why an index on a moved column (col, number attnum, of type old_type, on rel) cannot follow it,
+-- as "kind: reason", or NULL: a unique index whose nulls are not distinct (its twin is built while
+-- every new value is still NULL); on a key that is not bigint, an index whose expressions,
+-- predicate, operator class or access method were chosen for the old type; an expression or
+-- predicate that fails for new ids ((id)::int4: every insert would fail once the twin exists),
+-- tried on two of them, the other columns NULL (index expressions are IMMUTABLE). The tenth
+-- outside review.
+CREATE FUNCTION _pg_shard_id.index_refusal(idx oid, rel regclass, col name, attnum smallint, old_type text) RETURNS text
+LANGUAGE plpgsql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    i pg_index;
+    am name;
+    row_of text;
+    expr text;
+    sample bigint;
+BEGIN
+    SELECT * INTO i FROM pg_index WHERE indexrelid = idx;
+    SELECT a.amname INTO am FROM pg_class c JOIN pg_am a ON a.oid = c.relam WHERE c.oid = idx;
+    IF i.indisunique AND coalesce((to_jsonb(i) ->> 'indnullsnotdistinct')::boolean, false) THEN
+        RETURN format('index with nulls not distinct: %s: its twin is built before the batches, while every row''s new column is NULL, and two NULLs would be duplicates; drop it (or make it NULLS DISTINCT), convert, create it again',
+                      pg_get_indexdef(idx));
+    END IF;
+    IF old_type <> 'bigint' AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL OR am NOT IN ('btree', 'hash')
+                                 OR EXISTS (SELECT FROM generate_series(0, i.indnkeyatts - 1) k JOIN pg_opclass o ON o.oid = i.indclass[k]
+                                             WHERE i.indkey[k] = attnum AND NOT o.opcdefault)) THEN
+        RETURN format('expression on a key that is not bigint: %s reads %s.%I, which is %s, with expressions, a predicate, an operator class or an access method for that type; the new column is bigint: drop it, convert, create it again',
+                      pg_get_indexdef(idx), rel, col, old_type);
+    END IF;
+    IF i.indexprs IS NULL AND i.indpred IS NULL THEN
+        RETURN NULL;
+    END IF;
+    row_of := (SELECT string_agg(CASE WHEN a.attnum = index_refusal.attnum THEN format('$1::bigint AS %I', a.attname)
+                                      ELSE format('NULL::%s AS %I', format_type(CASE WHEN t.typtype = 'd' THEN t.typbasetype ELSE a.atttypid END,
+                                                                                CASE WHEN t.typtype = 'd' THEN t.typtypmod ELSE a.atttypmod END), a.attname) END,
+                                 ', ' ORDER BY a.attnum)
+                 FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
+                WHERE a.attrelid = rel AND a.attnum > 0 AND NOT a.attisdropped);
+    FOR expr IN SELECT pg_get_indexdef(idx, k + 1, true) FROM generate_series(0, i.indnatts - 1) k WHERE i.indkey[k] = 0
+                UNION ALL
+                SELECT pg_get_expr(i.indpred, i.indrelid, true) WHERE i.indpred IS NOT NULL LOOP
+        FOREACH sample IN ARRAY ARRAY[@extschema@.shard_id_compose(now(), 0, 0),
+                                      @extschema@.shard_id_compose(now() + interval '10 years', 8191, 1023)] LOOP
+            BEGIN
+                EXECUTE format('SELECT (%s) FROM (SELECT %s) AS %I', expr, row_of, (SELECT relname FROM pg_class WHERE oid = rel)) USING sample;
+            EXCEPTION WHEN OTHERS THEN
+                RETURN format('index expression new ids fail: %s: (%s) fails for the new id %s (%s): every insert would fail once its twin is built; drop it or change it, convert, create it again',
+                              pg_get_indexdef(idx), expr, sample, SQLERRM);
+            END;
+        END LOOP;
+    END LOOP;
+    RETURN NULL;
+END $$;
+
 -- What PostgreSQL can attach to a column, and what the conversion does with each kind: the rules
 -- a reviewer holds against PostgreSQL's catalogs (the kinds conversion_inventory names, and how it
 -- finds them: a dependent in pg_depend, or a property of the column itself). A test reads the
@@ -518,6 +583,11 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 32 SET search_path = pg_catalog, pg_te
     ('old key column', 'pg_attribute', 'keep', 'renamed <key>_before_shard_id, with its values, DEFAULT or identity; no longer NOT NULL (unless identity or partition key)'),
     ('partitioned referencing table', 'pg_class.relkind', 'refuse', 'PostgreSQL 15 to 17 refuse the NOT VALID foreign key the swap makes on a partitioned table: drop the foreign key, convert, add it again (18 allows it)'),
     ('no index on the key', 'pg_index', 'refuse', 'next_shard_id_at reads the new ids from a btree index with the new column first, the twin of one with the key first: make one first'),
+    ('default of a referencing column', 'pg_attrdef', 'refuse', 'a DEFAULT on a referencing column names an old key: the swap gives the column''s name to the new column, which has no DEFAULT; drop it, convert, set it again to the new id of the row it names'),
+    ('index with nulls not distinct', 'pg_index.indnullsnotdistinct', 'refuse', 'its twin is built before the batches, while every row''s new column is still NULL: two rows would be duplicates'),
+    ('expression on a key that is not bigint', 'pg_trigger.tgqual, pg_policy, pg_rewrite, pg_statistic_ext.stxexprs, pg_publication_rel.prqual, pg_index', 'refuse', 'written for the old column''s type: on the new bigint column it may resolve to other functions and operators, or none; drop it, convert, create it again'),
+    ('index expression new ids fail', 'pg_index.indexprs, indpred', 'refuse', 'an index expression or predicate of the key, tried on two new ids, fails ((id)::int4): every insert would fail once its twin is built'),
+    ('another conversion', '_pg_shard_id.conversions', 'refuse', 'another conversion in progress moves a column of one of the same tables (its twins would take the same names): finish or abandon it first'),
     ('key type', 'pg_attribute.atttypid, pg_operator', 'refuse', 'a key whose type''s equality operator is not PostgreSQL''s own (an extension''s type: ltree, citext, isn): the conversion''s triggers and sweeps compare keys with pg_catalog''s operators only, so that no role''s operator runs in them'),
     ('check constraint of the whole row', 'pg_constraint.conkey (0)', 'refuse', 'a CHECK that passes the whole row to a function (CHECK (f(t))): whether the new ids satisfy it cannot be tried; drop it, convert, add it again'),
     ('check constraint not valid', 'pg_constraint.convalidated', 'refuse', 'every batch UPDATE checks a NOT VALID CHECK (or, on PostgreSQL 18, NOT NULL): validate it (or drop it) first'),
@@ -677,6 +747,7 @@ DECLARE
     stmt text;
     twin name;
     what text;
+    why text;
     kind text;
     trigger_name name;
     validate_after text[] := '{}';  -- (table, name) of each foreign key (and the floor CHECK) validated after the swap
@@ -797,14 +868,21 @@ BEGIN
     -- the key's type: its equality operator must be pg_catalog's (the triggers' WHEN clauses and
     -- the sweeps compare keys under search_path = pg_catalog: an extension's type (ltree) made
     -- the prepare fail after the plan said yes: the ninth review)
-    IF NOT prepared AND NOT EXISTS (
-        SELECT FROM pg_attribute a JOIN pg_type t ON t.oid = a.atttypid
-          JOIN pg_operator o ON o.oprname = '=' AND o.oprleft = coalesce(nullif(t.typbasetype, 0), t.oid)
-                            AND o.oprright = o.oprleft AND o.oprnamespace = 'pg_catalog'::regnamespace
-         WHERE a.attrelid = tbl AND a.attname = key_column) THEN
+    IF NOT prepared AND NOT _pg_shard_id.equality_of_pg_catalog(
+        (SELECT a.atttypid FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = key_column)) THEN
         steps := steps || _pg_shard_id.step(0, 'prepare', 'key type', format('column %s.%I', tbl, key_column), 'refuse', NULL, NULL,
                     format('the type of %s.%I has no equality operator of PostgreSQL''s own: the conversion compares keys with pg_catalog''s operators only (an extension''s type, such as ltree or citext, is not converted)', tbl, key_column), false);
     END IF;
+    -- another conversion in progress moving a column of one of these tables: the twins of an
+    -- index of a table both touch would take the same name (the tenth review)
+    FOR x IN WITH mine AS (SELECT cc.rel, cc.top FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc)
+             SELECT DISTINCT cv.relid::regclass AS other, m.top
+               FROM mine m, _pg_shard_id.conversions cv
+               CROSS JOIN LATERAL _pg_shard_id.conversion_columns(cv.relid::regclass, cv.key_column, cv.new_column) oc
+              WHERE NOT prepared AND oc.rel = m.rel AND cv.relid <> tbl AND cv.phase <> 'finished' LOOP
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'another conversion', format('table %s', x.top), 'refuse', NULL, NULL,
+                    format('the conversion of %s, in progress, moves a column of %s too: finish (or abandon) it first', x.other, x.top), false);
+    END LOOP;
     -- a CHECK that takes the whole row (CHECK (f(t))): its conkey is {0}, which no column's
     -- dependents show, and whether new ids satisfy it cannot be tried (the ninth review)
     FOR x IN SELECT DISTINCT con.conname, con.conrelid::regclass AS rel, pg_get_constraintdef(con.oid) AS def
@@ -898,8 +976,14 @@ BEGIN
                                                            d.rel, d.old_column, _pg_shard_id.derived_name(d.old_column, '_before_shard_id')), true);
             ELSIF x.relkind IN ('i', 'I') THEN
                 -- a partition's index is its parent's business; a constraint's index, its constraint's
-                CONTINUE WHEN EXISTS (SELECT FROM pg_inherits WHERE inhrelid = d.objid)
-                           OR EXISTS (SELECT FROM pg_constraint WHERE conindid = d.objid AND conrelid = d.rel AND contype IN ('p', 'u', 'x'));
+                CONTINUE WHEN EXISTS (SELECT FROM pg_inherits WHERE inhrelid = d.objid);
+                why := _pg_shard_id.index_refusal(d.objid, d.rel, d.old_column, d.old_attnum, d.old_type);
+                IF why IS NOT NULL THEN
+                    steps := steps || _pg_shard_id.step(0, 'prepare', split_part(why, ': ', 1), d.what, 'refuse', NULL, NULL,
+                                                        substr(why, strpos(why, ': ') + 2), false);
+                    CONTINUE;
+                END IF;
+                CONTINUE WHEN EXISTS (SELECT FROM pg_constraint WHERE conindid = d.objid AND conrelid = d.rel AND contype IN ('p', 'u', 'x'));
                 indexes := indexes || ARRAY[[d.objid, 0::oid]];
             ELSIF d.objid = d.rel AND d.objsubid = 0 THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'partition key', format('table %s', d.rel), 'refuse', NULL, NULL,
@@ -968,6 +1052,9 @@ BEGIN
             ELSIF NOT pg_has_role(r.relowner, 'USAGE') THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', kind, what, 'refuse', NULL, NULL,
                                                     format('owned by %s, whom the caller cannot act as: its owner converts, or the caller gets its role', r.relowner::regrole), false);
+            ELSIF kind = 'rule' AND d.old_type <> 'bigint' THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'expression on a key that is not bigint', what, 'refuse', NULL, NULL,
+                                                    format('it reads %s.%I, which is %s; the new column is bigint: drop it, convert, create it again', d.rel, d.old_column, d.old_type), false);
             ELSIF kind = 'view' AND d.old_type <> 'bigint' THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', kind, what, 'refuse', NULL, format('DROP VIEW %s', r.ev_class::regclass),
                                                     format('%s.%I is %s and its new column bigint: a column of the view may change its type, which CREATE OR REPLACE VIEW cannot do; drop it, convert, create it again',
@@ -991,7 +1078,10 @@ BEGIN
         ELSIF d.classid = 'pg_trigger'::regclass THEN
             SELECT t.*, k.relowner INTO r FROM pg_trigger t JOIN pg_class k ON k.oid = t.tgrelid WHERE t.oid = d.objid;
             CONTINUE WHEN r.tgisinternal OR r.tgparentid <> 0 OR r.tgfoid = ANY (ours);
-            IF NOT pg_has_role(r.relowner, 'USAGE') THEN
+            IF d.old_type <> 'bigint' AND r.tgqual IS NOT NULL THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'expression on a key that is not bigint', d.what, 'refuse', NULL, NULL,
+                                                    format('its WHEN clause reads %s.%I, which is %s; the new column is bigint: drop it, convert, create it again', d.rel, d.old_column, d.old_type), false);
+            ELSIF NOT pg_has_role(r.relowner, 'USAGE') THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'trigger', d.what, 'refuse', NULL, NULL,
                                                     format('on a table owned by %s, whom the caller cannot act as', r.relowner::regrole), false);
             ELSE
@@ -1017,7 +1107,10 @@ BEGIN
             END IF;
         ELSIF d.classid = 'pg_policy'::regclass THEN
             SELECT p.*, k.relowner INTO r FROM pg_policy p JOIN pg_class k ON k.oid = p.polrelid WHERE p.oid = d.objid;
-            IF NOT pg_has_role(r.relowner, 'USAGE') THEN
+            IF d.old_type <> 'bigint' THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'expression on a key that is not bigint', d.what, 'refuse', NULL, NULL,
+                                                    format('its expressions read %s.%I, which is %s; the new column is bigint: drop it, convert, create it again', d.rel, d.old_column, d.old_type), false);
+            ELSIF NOT pg_has_role(r.relowner, 'USAGE') THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'policy', d.what, 'refuse', NULL, NULL,
                                                     format('on a table owned by %s, whom the caller cannot act as', r.relowner::regrole), false);
             ELSE
@@ -1031,7 +1124,10 @@ BEGIN
         ELSIF d.classid = 'pg_statistic_ext'::regclass THEN
             SELECT st.*, format('%I.%I', ns.nspname, st.stxname) AS qname INTO r
               FROM pg_statistic_ext st JOIN pg_namespace ns ON ns.oid = st.stxnamespace WHERE st.oid = d.objid;
-            IF NOT pg_has_role(r.stxowner, 'USAGE') THEN
+            IF d.old_type <> 'bigint' AND r.stxexprs IS NOT NULL THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'expression on a key that is not bigint', d.what, 'refuse', NULL, NULL,
+                                                    format('its expressions read %s.%I, which is %s; the new column is bigint: drop it, convert, create it again', d.rel, d.old_column, d.old_type), false);
+            ELSIF NOT pg_has_role(r.stxowner, 'USAGE') THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'statistics object', d.what, 'refuse', NULL, NULL,
                                                     format('owned by %s, whom the caller cannot act as', r.stxowner::regrole), false);
             ELSE
@@ -1045,7 +1141,10 @@ BEGIN
             END IF;
         ELSIF d.classid = 'pg_publication_rel'::regclass THEN
             SELECT pr.*, p.pubname, p.pubowner INTO r FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid WHERE pr.oid = d.objid;
-            IF NOT pg_has_role(r.pubowner, 'USAGE') THEN
+            IF d.old_type <> 'bigint' AND r.prqual IS NOT NULL THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'expression on a key that is not bigint', d.what, 'refuse', NULL, NULL,
+                                                    format('its row filter reads %s.%I, which is %s; the new column is bigint: drop it, convert, add it again', d.rel, d.old_column, d.old_type), false);
+            ELSIF NOT pg_has_role(r.pubowner, 'USAGE') THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'publication', d.what, 'refuse', NULL, NULL,
                                                     format('owned by %s, whom the caller cannot act as', r.pubowner::regrole), false);
             ELSE
@@ -1079,7 +1178,14 @@ BEGIN
             SELECT ad.adrelid, ad.adnum, ad.adbin, a.attname, a.attgenerated INTO r
               FROM pg_attrdef ad JOIN pg_attribute a ON a.attrelid = ad.adrelid AND a.attnum = ad.adnum WHERE ad.oid = d.objid;
             what := format('column %s.%I', r.adrelid::regclass, r.attname);
-            IF r.adnum = d.old_attnum AND r.adrelid = d.rel THEN
+            IF r.adnum = d.old_attnum AND r.adrelid = d.rel AND d.role = 'reference' AND r.attgenerated = '' THEN
+                -- (the swap gives the name to the new column, which has no DEFAULT: inserts that
+                -- leave it out, and ON DELETE SET DEFAULT, would get NULL: the tenth review)
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'default of a referencing column', what, 'refuse', NULL,
+                                                    format('ALTER TABLE %s ALTER COLUMN %I DROP DEFAULT', r.adrelid::regclass, r.attname),
+                                                    format('DEFAULT %s names an old key: after the swap the column is the new one, without it; drop it, convert, set it again to the new id of the row it names',
+                                                           pg_get_expr(r.adbin, r.adrelid)), false);
+            ELSIF r.adnum = d.old_attnum AND r.adrelid = d.rel THEN
                 NULL;  -- the old column's own DEFAULT: it keeps it (the 'kept' step)
             ELSIF r.attgenerated = '' THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'unknown', d.what, 'refuse', NULL, NULL,
@@ -1742,17 +1848,33 @@ BEGIN
     RETURN found;
 END $$;
 
--- 55000 when a column the conversion of tbl names was renamed after its prepare (above).
-CREATE FUNCTION _pg_shard_id.refuse_renamed(tbl regclass) RETURNS void
+-- 55000 when a column the conversion of tbl names was renamed after its prepare (above), or a
+-- foreign key to its key was added after it (its new referencing column, triggers and index were
+-- never made: the index step asked for an index on a column that did not exist: the tenth
+-- review).
+CREATE FUNCTION _pg_shard_id.refuse_changed(tbl regclass) RETURNS void
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     gone text[] := ARRAY(SELECT _pg_shard_id.renamed_columns(tbl));
+    late text[];
 BEGIN
     IF cardinality(gone) > 0 THEN
         RAISE EXCEPTION 'pg_shard_id: a column the conversion of % names was renamed or dropped after its prepare', tbl
             USING ERRCODE = '55000',
                   DETAIL = array_to_string(gone, E'\n'),
                   HINT = 'Rename it back (ALTER TABLE ... RENAME COLUMN), then call this again: nothing was changed, and rows written meanwhile are filled by the sweeps. Rename it after the conversion is finished.';
+    END IF;
+    late := ARRAY(SELECT format('column %s.%I', cc.rel, cc.old_column)
+                    FROM _pg_shard_id.conversions c,
+                         _pg_shard_id.conversion_columns(tbl, c.key_column, c.new_column) cc
+                   WHERE c.relid = tbl AND c.phase <> 'finished' AND cc.role = 'reference' AND cc.rel = cc.top
+                     AND cc.new_attnum IS NULL
+                   ORDER BY 1);
+    IF cardinality(late) > 0 THEN
+        RAISE EXCEPTION 'pg_shard_id: a foreign key to the key of % was added after its prepare', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = array_to_string(late, E'\n'),
+                  HINT = 'Drop it (ALTER TABLE ... DROP CONSTRAINT), finish the conversion, then add it again: it then references the new key. Or abandon the conversion and prepare it again. Nothing was changed.';
     END IF;
 END $$;
 
@@ -1911,7 +2033,7 @@ BEGIN
                   HINT = format('%s.%I holds the new ids and %I the old ones; going back is a conversion of its own.',
                                 tbl, state.key_column, _pg_shard_id.derived_name(state.key_column, '_before_shard_id'));
     END IF;
-    PERFORM _pg_shard_id.refuse_renamed(tbl);
+    PERFORM _pg_shard_id.refuse_changed(tbl);
     -- each referencing table, then the table (the swap's order, and writers'), for the catalog
     -- changes only
     PERFORM _pg_shard_id.lock_tables((SELECT i.statement FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'swap' AND i.action = 'lock'));
@@ -1948,7 +2070,10 @@ DECLARE
     step _pg_shard_id.conversion_step;
     invalid text;
 BEGIN
-    PERFORM _pg_shard_id.refuse_renamed(tbl);
+    IF (SELECT c.phase FROM _pg_shard_id.conversions c WHERE c.relid = tbl) = 'finished' THEN
+        RETURN;  -- (swapped: no index to make; its inventory has no new column to read any more)
+    END IF;
+    PERFORM _pg_shard_id.refuse_changed(tbl);
     FOR step IN SELECT * FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'indexes' AND NOT i.done ORDER BY i.ord LOOP
         -- (CREATE [UNIQUE] INDEX CONCURRENTLY name ON table ...: an index of that name on that
         -- table, left invalid)
@@ -2103,7 +2228,7 @@ BEGIN
                                       tbl, state.new_column, tbl::text) END;
         RETURN false;
     END IF;
-    PERFORM _pg_shard_id.refuse_renamed(tbl);
+    PERFORM _pg_shard_id.refuse_changed(tbl);
     IF state.phase = 'prepared' THEN
         missing := ARRAY(SELECT @extschema@.shard_id_convert_indexes(tbl));
         IF cardinality(missing) > 0 THEN
@@ -2209,7 +2334,7 @@ BEGIN
             USING ERRCODE = '55000', HINT = 'CALL shard_id_convert(...) until it says every row has its id.';
     END IF;
     IF state.phase = 'filled' THEN
-        PERFORM _pg_shard_id.refuse_renamed(tbl);
+        PERFORM _pg_shard_id.refuse_changed(tbl);
         SELECT * INTO step FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'finish' AND NOT i.done ORDER BY i.ord LIMIT 1;
         IF step.ord IS NOT NULL THEN
             IF step.action = 'check' THEN
@@ -3011,7 +3136,9 @@ COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap bloc
 COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE and UPDATE OF the key triggers of a table being converted: record the new ids of rows deleted or given another key, so that rows referencing one inserted again with its old key follow it (SECURITY DEFINER; reads only the new id, by field selection; records only for a trigger on the table being converted).';
 COMMENT ON FUNCTION _pg_shard_id.renamed_columns(regclass) IS 'The columns a prepared conversion names (in its state and its triggers'' arguments) that no longer exist under that name: renamed or dropped after the prepare.';
 COMMENT ON FUNCTION _pg_shard_id.trigger_arguments(bytea, smallint) IS 'A trigger''s arguments (pg_trigger.tgargs) as text in the database''s encoding; one that is not valid text there is NULL.';
-COMMENT ON FUNCTION _pg_shard_id.refuse_renamed(regclass) IS 'Raises 55000 naming each column a conversion names that was renamed or dropped after its prepare; every step calls it before it changes anything.';
+COMMENT ON FUNCTION _pg_shard_id.refuse_changed(regclass) IS 'Raises 55000 naming each column a conversion names that was renamed or dropped after its prepare, and each foreign key to its key added after it; every step calls it before it changes anything.';
+COMMENT ON FUNCTION _pg_shard_id.equality_of_pg_catalog(regtype) IS 'Whether keys of a type compare with an equality operator that resolves under search_path = pg_catalog, as the conversion''s triggers and sweeps compare them.';
+COMMENT ON FUNCTION _pg_shard_id.index_refusal(oid, regclass, name, smallint, text) IS 'Why an index on a moved column cannot follow it (kind: reason), or NULL: nulls not distinct, an index for another type than bigint, an expression or predicate that fails for new ids.';
 COMMENT ON FUNCTION _pg_shard_id.sweep(regclass, text, boolean) IS 'The sweeps of a conversion: rows still without a new id, referencing rows whose referenced row was not known, and those of a row deleted and inserted again; then the record of deleted rows loses what they saw.';
 COMMENT ON FUNCTION _pg_shard_id.lock_tables(text) IS 'The swap''s locks, taken without holding one while waiting long for another: attempts of at most 200 ms a lock, for 10 s in all.';
 /* </end connected objects> */

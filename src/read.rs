@@ -14,7 +14,7 @@ use pgrx::spi;
 
 /// The first column of the first row of `query` (None: no row, or NULL).
 pub fn one<A: FromDatum + IntoDatum>(query: &str) -> spi::Result<Option<A>> {
-    Spi::connect(|client| client.select(query, Some(1), &[])?.first().get_one())
+    one_with_args(query, &[])
 }
 
 /// [`one`] with `$1`, `$2`, ... bound to `args`.
@@ -22,5 +22,11 @@ pub fn one_with_args<A: FromDatum + IntoDatum>(
     query: &str,
     args: &[DatumWithOid<'_>],
 ) -> spi::Result<Option<A>> {
-    Spi::connect(|client| client.select(query, Some(1), args)?.first().get_one())
+    Spi::connect(|client| {
+        let rows = client.select(query, Some(1), args)?;
+        if rows.is_empty() {
+            return Ok(None); // (pgrx's get_one says InvalidPosition there)
+        }
+        rows.first().get_one()
+    })
 }

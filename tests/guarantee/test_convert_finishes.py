@@ -376,11 +376,11 @@ def test_a_latin1_database_with_accented_names_converts(cluster, db):
 def test_a_text_key_converts(cluster, db):
     """On 51b418e a text key was accepted by the plan and the prepare, then its twin index asked
     for COLLATE on the bigint column ("collations are not supported by type bigint"): the
-    conversion could not go on (the ninth review). A text_pattern_ops index on it too."""
+    conversion could not go on (the ninth review). (An index with text_pattern_ops on it is refused:
+    test_what_reads_a_text_key_is_refused.)"""
     with cluster.connect(db) as conn:
         conn.autocommit = True
         conn.execute("CREATE TABLE codes (code text PRIMARY KEY, created_at timestamptz NOT NULL)")
-        conn.execute("CREATE INDEX codes_prefix ON codes (code text_pattern_ops)")
         conn.execute("CREATE TABLE uses (id bigserial PRIMARY KEY, code text REFERENCES codes)")
         conn.execute("INSERT INTO codes SELECT 'c' || g, now() - g * interval '1 min' FROM generate_series(1, 200) g")
         conn.execute("INSERT INTO uses (code) SELECT code FROM codes")
@@ -418,3 +418,68 @@ def test_a_key_type_of_an_extension_is_refused(cluster, db):
         conn.execute("INSERT INTO purchases VALUES ('a.b', now() - interval '1 day', 'x')")
         conn.execute("CREATE SEQUENCE purchases_shard_id_seq")
         refused_before_anything_changed(conn, "key type", "purchases.id")
+
+
+@pytest.mark.parametrize("shape", ["index_lower", "index_pattern_ops", "trigger_when", "policy"])
+def test_what_reads_a_text_key_is_refused(cluster, db, shape):
+    """On 9040ad9 a text key's index expression (lower(code)), trigger WHEN clause and policy were
+    carried untried: the index step or every finish failed on bigint (the tenth review)."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE codes (code text PRIMARY KEY, created_at timestamptz NOT NULL)")
+        conn.execute("INSERT INTO codes SELECT 'c' || g, now() - g * interval '1 min' FROM generate_series(1, 20) g")
+        conn.execute("CREATE SEQUENCE codes_shard_id_seq")
+        conn.execute({"index_lower": "CREATE INDEX codes_lower ON codes (lower(code))",
+                      "index_pattern_ops": "CREATE INDEX codes_prefix ON codes (code text_pattern_ops)",
+                      "trigger_when": "CREATE FUNCTION nothing() RETURNS trigger LANGUAGE plpgsql AS 'BEGIN RETURN NEW; END'; "
+                                      "CREATE TRIGGER codes_set BEFORE UPDATE ON codes FOR EACH ROW WHEN (NEW.code <> '') "
+                                      "EXECUTE FUNCTION nothing()",
+                      "policy": "ALTER TABLE codes ENABLE ROW LEVEL SECURITY; "
+                                "CREATE POLICY codes_a ON codes USING (code LIKE 'c%')"}[shape])
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            conn.execute("CALL shard_id_convert_prepare('codes', 'created_at', 'codes_shard_id_seq', 5)")
+        assert "which is text" in refused.value.diag.message_detail, refused.value.diag.message_detail
+        assert one(conn, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'codes'::regclass AND attname = 'shard_id'") == 0
+
+
+def test_a_varchar_key_is_not_refused_for_its_type(cluster, db):
+    """On 9040ad9 a varchar key was refused as a type without PostgreSQL's own equality (varchar
+    compares with text's), with a wrong reason (the tenth review)."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE codes (code varchar(20) PRIMARY KEY, created_at timestamptz NOT NULL)")
+        conn.execute("CREATE SEQUENCE codes_shard_id_seq")
+        assert one(conn, "SELECT count(*) FROM shard_id_convert_plan('codes', 'created_at', 'codes_shard_id_seq', 5) "
+                         "WHERE action = 'refuse'") == 0
+
+
+def test_a_foreign_key_added_after_the_prepare_stops_the_steps_naming_it(cluster, db):
+    """On 9040ad9 a foreign key to the key added after the prepare (a deploy during a long
+    conversion) made the index step ask for an index on a column that did not exist, and the
+    conversion could not go on (the tenth review). Each step refuses it now, naming it, before it
+    changes anything; dropped, the conversion finishes, and added again it references new ids."""
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        conn.execute("CREATE TABLE late (id bigserial PRIMARY KEY, purchase_id bigint REFERENCES purchases)")
+        conn.execute("INSERT INTO late (purchase_id) SELECT id FROM purchases LIMIT 10")
+        for step in ("SELECT * FROM shard_id_convert_indexes('purchases')", "CALL shard_id_convert('purchases', 700)"):
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+                conn.execute(step)
+            assert "was added after its prepare" in str(refused.value)
+            assert "column public.late.purchase_id" in refused.value.diag.message_detail
+        conn.execute("ALTER TABLE late DROP CONSTRAINT late_purchase_id_fkey")
+        convert_after_the_prepare(conn)
+        assert conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall() == []
+
+
+def test_two_conversions_that_share_a_table_are_refused(cluster, db):
+    """On 9040ad9 two conversions in progress that moved columns of one table gave the twins of
+    its indexes the same names, and the second one's finish failed (the tenth review). The second
+    prepare is refused now, naming the first."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        prepare(conn)
+        conn.execute("CREATE SEQUENCE lines_shard_id_seq")
+        plan = conn.execute("SELECT detail FROM shard_id_convert_plan('purchase_lines', 'purchase_id', "
+                            "'lines_shard_id_seq', 6) WHERE kind = 'another conversion'").fetchall()
+        assert plan and "the conversion of public.purchases, in progress" in plan[0][0], plan

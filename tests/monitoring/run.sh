@@ -256,6 +256,8 @@ check "pg_shard_id_check_status: data_floor is 2 (failed), naming the column" \
 check "pg_shard_id_check_status: shard_numbers is 1 (warning), naming both columns" \
     "$(wait_for 'pg_shard_id_check_status{check="shard_numbers",columns="public.ta.id, public.tb.id"}' 1 15)" 1
 check "pg_shard_id_check_status: preload is 0" "$(promql 'pg_shard_id_check_status{check="preload"}')" 0
+check "pg_shard_id_check_status: mask_keys, skipped (no key file), is -1, not 0" \
+    "$(promql 'pg_shard_id_check_status{check="mask_keys"}')" -1
 check "the alert PgShardIdCheckFailed fires for data_floor" \
     "$(wait_for 'ALERTS{alertname="PgShardIdCheckFailed",check="data_floor",alertstate="firing"}' 1 15)" 1
 check "the alert PgShardIdCheckWarning waits its 30 minutes (pending)" \
