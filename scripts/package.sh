@@ -87,13 +87,17 @@ build_tarball() {
     cat >"$tree/INSTALL.txt" <<EOF
 pg_shard_id $EXTENSION_VERSION for PostgreSQL $major (x86_64 Linux, glibc >= $(glibc_needed "$tree/lib/pg_shard_id.so"))
 
-  install -m 644 lib/pg_shard_id.so "\$(pg_config --pkglibdir)/"
-  install -m 644 extension/* "\$(pg_config --sharedir)/extension/"
+  PG_CONFIG=/usr/lib/postgresql/$major/bin/pg_config   # the PostgreSQL $major server's (here Debian's
+                                                      # layout; \`which pg_config\` is the newest major's)
+  "\$PG_CONFIG" --version                              # must say PostgreSQL $major
+  install -m 644 lib/pg_shard_id.so "\$("\$PG_CONFIG" --pkglibdir)/"
+  install -m 644 extension/* "\$("\$PG_CONFIG" --sharedir)/extension/"
 
-with the pg_config of the PostgreSQL $major server. Use install (or copy to a new file and
+with the pg_config of the PostgreSQL $major server: on a host with several majors, the bare
+pg_config is the newest one's, and a library built for $major must not go there. Use install (or copy to a new file and
 rename it), never cp over an installed library: install replaces the file, while cp rewrites it
 in place, and a running server that has the library loaded then crashes at its next connection. Then add pg_shard_id to
-shared_preload_libraries in postgresql.conf, restart the server, and run
+shared_preload_libraries in postgresql.conf (keeping what is there), restart the server, and run
 CREATE EXTENSION pg_shard_id (new) or ALTER EXTENSION pg_shard_id UPDATE (an upgrade)
 in each database that uses it. README.md has the details.
 EOF

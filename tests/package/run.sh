@@ -40,7 +40,7 @@ install_package() {
         local tmp="$RUN_DIR/tarball"
         rm -rf "$tmp" && mkdir -p "$tmp"
         tar -C "$tmp" -xzf "$package"
-        (cd "$tmp"/pg_shard_id-* && grep '^  install ' INSTALL.txt | PATH="$PG_BIN:$PATH" bash -e)
+        (cd "$tmp"/pg_shard_id-* && grep '^  install ' INSTALL.txt | PG_CONFIG="$PG_CONFIG" PATH="$PG_BIN:$PATH" bash -e)
     fi
 }
 
@@ -121,8 +121,10 @@ else
         "$(ls "$dir" | tr '\n' ' ')" "CHANGELOG.md INSTALL.txt LICENSE README.md extension lib monitoring "
     check "tarball: the exporter's queries.yaml ships with it" \
         "$(cmp -s "$REPO/monitoring/queries.yaml" "$dir/monitoring/queries.yaml" && echo same)" same
-    # the steps INSTALL.txt gives, run as written
-    (cd "$dir" && grep '^  install ' INSTALL.txt | PATH="$PG_BIN:$PATH" bash -e)
+    check "tarball: INSTALL.txt names the major's own pg_config, not the bare one (the newest major's)" \
+        "$(grep -c "^  PG_CONFIG=/usr/lib/postgresql/$PG_MAJOR/bin/pg_config " "$dir/INSTALL.txt")" 1
+    # the steps INSTALL.txt gives, run as written (its PG_CONFIG: this test's server's)
+    (cd "$dir" && grep '^  install ' INSTALL.txt | PG_CONFIG="$PG_CONFIG" PATH="$PG_BIN:$PATH" bash -e)
     check "tarball: the INSTALL.txt steps install every file" \
         "$(installed_files | wc -l)" "$(find "$dir/lib" "$dir/extension" -type f | wc -l)"
 fi
