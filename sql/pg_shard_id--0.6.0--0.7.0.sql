@@ -1425,6 +1425,11 @@ BEGIN
                                         'the conversion''s triggers, and its record of deleted rows', finished);
     steps := steps || _pg_shard_id.step(620, 'swap', 'not-null constraint', format('column %s.%I', tbl, new_column), 'build', NULL,
                                         format('ALTER TABLE %s ALTER COLUMN %I SET NOT NULL', tbl, new_column), 'proved by the CHECK validated before: no scan', finished);
+    -- (again, on every partition: one attached since the prepare brought its own column, without
+    -- it, and its inserts failed after the swap: the eleventh review)
+    steps := steps || _pg_shard_id.step(621, 'swap', 'old key column', format('column %s.%I', tbl, new_column), 'build', NULL,
+                                        format('ALTER TABLE %s ALTER COLUMN %I SET DEFAULT @extschema@.next_shard_id(%L::regclass, %s)', tbl, new_column, seq::text, shard),
+                                        'the new column''s DEFAULT, on every partition', finished);
     steps := steps || _pg_shard_id.step(650, 'swap', 'old key column', format('column %s.%I', tbl, key_column), 'rename', NULL,
                                         format('ALTER TABLE %s RENAME COLUMN %I TO %I; ALTER TABLE %s RENAME COLUMN %I TO %I',
                                                tbl, key_column, _pg_shard_id.derived_name(key_column, '_before_shard_id'), tbl, new_column, key_column),
@@ -1941,7 +1946,7 @@ EXCEPTION WHEN deadlock_detected THEN
 WHEN lock_not_available THEN
     RAISE EXCEPTION 'pg_shard_id: abandoning the conversion of % waited 10 s for a lock: %', tbl, SQLERRM
         USING ERRCODE = '55P03',
-              HINT = 'A transaction holds a lock on the table (pg_locks and pg_stat_activity show it); nothing was changed. End it, then call again.';
+              HINT = 'A transaction holds a lock on the table (pg_locks and pg_stat_activity show it; a prepared one, pg_prepared_xacts); nothing was changed. End it, then call again.';
 END $$;
 
 -- The CREATE INDEX CONCURRENTLY statements a prepared conversion still needs (none: ready): the
@@ -2229,6 +2234,7 @@ BEGIN
             EXECUTE step.statement;
             RETURN true;
         END IF;
+        PERFORM _pg_shard_id.wait_for_older_transactions(tbl);
         PERFORM _pg_shard_id.swap(tbl, caller_path);
         RETURN true;
     END IF;
@@ -2251,7 +2257,7 @@ WHEN lock_not_available THEN
     -- too), then gives up, having done nothing
     RAISE EXCEPTION 'pg_shard_id: the finish of % waited 10 s for a lock: %', tbl, SQLERRM
         USING ERRCODE = '55P03',
-              HINT = format('A transaction holds a lock on the table (pg_locks and pg_stat_activity show it); nothing of this step was done. End it, then CALL shard_id_convert_finish(%L) again: it goes on from its last step.', tbl::text);
+              HINT = format('A transaction holds a lock on the table (pg_locks and pg_stat_activity show it; a prepared one, pg_prepared_xacts); nothing of this step was done. End it, then CALL shard_id_convert_finish(%L) again: it goes on from its last step.', tbl::text);
 END $$;
 
 -- The foreign keys the swap of tbl made again NOT VALID that are not validated yet (an interrupted
@@ -2269,6 +2275,43 @@ $$;
 -- The swap: one transaction, ACCESS EXCLUSIVE on the table and each referencing table
 -- (lock_timeout 10 s), then the inventory read again under the locks (an object made since the
 -- prepare is carried too, or refused), every twin checked, and its swap steps run in order.
+-- Waits until every transaction of this database that began before now (but this one) has ended,
+-- 10 s at most (55P03, naming them), before the swap takes its locks. The swap renames the new
+-- column into the key's place, a catalog change every snapshot sees at once, while a snapshot
+-- taken before the batches filled a row still sees that row's version without a new id: read
+-- through it after the swap, the key was NULL, and a REPEATABLE READ transaction that took no lock
+-- copied NULL into a referencing row without an error (the eleventh review). Transactions are
+-- seen by their virtual transaction id's lock in pg_locks (every backend holds one; readable by
+-- any role), as CREATE INDEX CONCURRENTLY waits for older snapshots; prepared ones by
+-- pg_prepared_xacts. Snapshots of a hot standby (hot_standby_feedback) are not seen: docs.
+CREATE FUNCTION _pg_shard_id.wait_for_older_transactions(tbl regclass) RETURNS void
+LANGUAGE plpgsql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    older text[] := ARRAY(SELECT l.virtualxid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+                           WHERE l.locktype = 'virtualxid' AND l.granted AND l.pid <> pg_backend_pid()
+                             AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
+                             AND a.backend_type IN ('client backend', 'parallel worker', 'background worker'));
+    older_prepared xid[] := ARRAY(SELECT p.transaction FROM pg_prepared_xacts p WHERE p.database = current_database());
+    deadline timestamptz := clock_timestamp() + interval '10 s';
+    left_ text;
+BEGIN
+    LOOP
+        SELECT string_agg(format('pid %s (%s, since %s)', a.pid, coalesce(a.state, 'state hidden'), coalesce(a.xact_start::text, '?')), ', ')
+          INTO left_
+          FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
+         WHERE l.locktype = 'virtualxid' AND l.granted AND l.virtualxid = ANY (older);
+        left_ := concat_ws(', ', left_, (SELECT string_agg(format('prepared transaction %L', p.gid), ', ')
+                                           FROM pg_prepared_xacts p WHERE p.transaction = ANY (older_prepared)));
+        EXIT WHEN left_ IS NULL OR left_ = '';
+        IF clock_timestamp() > deadline THEN
+            RAISE EXCEPTION 'pg_shard_id: the swap of % waited 10 s for transactions older than it: %', tbl, left_
+                USING ERRCODE = '55P03',
+                      HINT = format('A transaction that began before the swap may hold a snapshot taken before the batches, through which the key would read NULL after it. End those transactions (an idle one: its application commits), then CALL shard_id_convert_finish(%L) again: nothing of this step was done.', tbl::text);
+        END IF;
+        PERFORM pg_sleep(0.05);
+    END LOOP;
+END $$;
+
 CREATE FUNCTION _pg_shard_id.swap(tbl regclass, caller_path text) RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
 DECLARE
@@ -2349,6 +2392,7 @@ COMMENT ON FUNCTION _pg_shard_id.convert_arguments(regclass, integer) IS 'shard_
 COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction of shard_id_convert_finish: a check before the swap, the swap, or a foreign key validated; whether there is more to do.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
 COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
+COMMENT ON FUNCTION _pg_shard_id.wait_for_older_transactions(regclass) IS 'Waits, 10 s at most (55P03), until every transaction of this database that began before the swap has ended: a snapshot older than the batches would read the key as NULL after it.';
 COMMENT ON FUNCTION _pg_shard_id.equality_of_pg_catalog(regtype) IS 'Whether keys of a type compare with an equality operator that resolves under search_path = pg_catalog, as the conversion''s triggers and sweeps compare them.';
 COMMENT ON FUNCTION _pg_shard_id.index_refusal(oid, regclass, name, smallint, text) IS 'Why an index on a moved column cannot follow it (kind: reason), or NULL: nulls not distinct, an index for another type than bigint, an expression or predicate that fails for new ids.';
 COMMENT ON FUNCTION _pg_shard_id.expression_moved_bytes(pg_node_tree, regclass, smallint[], smallint[]) IS 'expression_moved''s C part: the expressions printed, as the bytes of the text in the database''s encoding.';

@@ -468,6 +468,7 @@ mod tests {
             "_pg_shard_id.finish_step(regclass,text):vu-",
             "_pg_shard_id.conversion_validations(regclass):sss",
             "_pg_shard_id.swap(regclass,text):vu-",
+            "_pg_shard_id.wait_for_older_transactions(regclass):vus",
             "shard_id_convert_abandon(regclass):vu-",
             "_pg_shard_id.rows_per_block(regclass):sss",
             "_pg_shard_id.conversion_note_deleted():vu-",

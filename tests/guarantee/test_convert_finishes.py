@@ -483,3 +483,54 @@ def test_two_conversions_that_share_a_table_are_refused(cluster, db):
         plan = conn.execute("SELECT detail FROM shard_id_convert_plan('purchase_lines', 'purchase_id', "
                             "'lines_shard_id_seq', 6) WHERE kind = 'another conversion'").fetchall()
         assert plan and "the conversion of public.purchases, in progress" in plan[0][0], plan
+
+
+def test_the_swap_waits_for_a_snapshot_older_than_the_batches(cluster, db):
+    """On f5b2bbd a REPEATABLE READ transaction that took its snapshot before the batches, and no
+    lock on the table, read every key as NULL after the swap, and copied NULL into a referencing
+    row without an error (the eleventh review). The swap now waits for the transactions older than
+    it (10 s at most, then 55P03 with nothing done); once they end, it goes on."""
+    with cluster.connect(db) as conn, cluster.connect(db) as old:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        old.execute("SELECT 1 FROM pg_class LIMIT 1")  # (its snapshot: before the batches)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        with pytest.raises(psycopg.errors.LockNotAvailable) as waited:
+            conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert "waited 10 s for transactions older than it" in str(waited.value)
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "filled"
+        # what it would have read: nothing, yet; it ends
+        assert one(old, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
+        old.execute("COMMIT")
+        conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert one(conn, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
+        assert one(conn, "SELECT count(*) FROM purchases WHERE shard_id_extract_shard(id) = 5") == \
+            one(conn, "SELECT count(*) FROM purchases")
+
+
+def test_a_partition_attached_during_the_conversion_gets_the_new_default(cluster, db):
+    """On f5b2bbd a partition attached after the prepare (with the new column its owner had to add)
+    had no DEFAULT for the key after the swap: its inserts failed with 23502 (the eleventh
+    review). The swap sets the DEFAULT again, on every partition."""
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        conn.execute("CREATE TABLE qt (id bigserial, region int NOT NULL, created_at timestamptz NOT NULL, "
+                     "PRIMARY KEY (id, region)) PARTITION BY LIST (region)")
+        conn.execute("CREATE TABLE qt1 PARTITION OF qt FOR VALUES IN (1)")
+        conn.execute("CREATE INDEX ON qt (id)")
+        conn.execute("INSERT INTO qt (region, created_at) SELECT 1, now() - g * interval '1 min' FROM generate_series(1, 50) g")
+        conn.execute("CREATE TABLE qt_later (LIKE qt INCLUDING DEFAULTS)")
+        conn.execute("CREATE SEQUENCE qt_shard_id_seq")
+        conn.execute("CALL shard_id_convert_prepare('qt', 'created_at', 'qt_shard_id_seq', 5)")
+        conn.execute("ALTER TABLE qt_later ADD COLUMN shard_id bigint")
+        conn.execute("ALTER TABLE qt ATTACH PARTITION qt_later FOR VALUES IN (4)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('qt')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('qt', 100)")
+        conn.execute("CALL shard_id_convert_finish('qt')")
+        conn.execute("INSERT INTO qt_later (region, created_at) VALUES (4, now())")
+        assert one(conn, "SELECT shard_id_extract_shard(id) FROM qt_later") == 5
