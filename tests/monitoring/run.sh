@@ -187,6 +187,9 @@ check "exhausted milliseconds appeared with the burst" \
     "$(positive "$(promql "pg_shard_id_exhausted_seconds_total{$SEL} - $exhausted_before")")" yes
 check "waits/s over the burst (rate) is positive" \
     "$(positive "$(promql "max_over_time(rate(pg_shard_id_waits_total{$SEL}[5s])[5m:1s])")")" yes
+check "the guard table's slots (pg_shard_id.max_sequences) are exported" \
+    "$(promql 'pg_shard_id_guard_slots{datname="postgres"}')" "$( [ -n "$STANDIN" ] && echo 64 || echo 8192)"
+check "... and the slots in use (at least s's)" "$(positive "$(promql 'pg_shard_id_guard_slots_in_use{datname="postgres"}')")" yes
 check "lead_seconds is there" "$(promql "count(pg_shard_id_lead_seconds{$SEL} >= 0)")" 1
 check "clock_steps_total is 0" "$(promql "pg_shard_id_clock_steps_total{$SEL}")" 0
 check "lease_writes_total is there" "$(promql "count(pg_shard_id_lease_writes_total{$SEL})")" 1
@@ -197,7 +200,7 @@ check "the exporter's scrapes have no error" "$(promql 'max_over_time(pg_exporte
 check "the alerting rules evaluate on the scraped series" \
     "$(curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/rules" | python3 -c 'import json, sys
 rules = [r for g in json.load(sys.stdin)["data"]["groups"] for r in g["rules"]]
-print(len(rules), sorted({r["health"] for r in rules}))')" "8 ['ok']"
+print(len(rules), sorted({r["health"] for r in rules}))')" "9 ['ok']"
 # shellcheck disable=SC2016 # the backquotes are the README's code fences
 mapfile -t exprs < <(sed -n '/^```promql$/,/^```$/p' "$REPO/monitoring/README.md" | grep -v '^```\|^#')
 evaluated=0
@@ -207,7 +210,7 @@ for e in "${exprs[@]}"; do
 done
 check "the PromQL expressions of monitoring/README.md evaluate" "$evaluated of ${#exprs[@]}" "10 of 10"
 check "the counters are typed counter" \
-    "$(curl -fsS "http://$MAIN_EXPORTER/metrics" | grep -c '^# TYPE pg_shard_id_[a-z_]*_total counter$')" 6
+    "$(curl -fsS "http://$MAIN_EXPORTER/metrics" | grep -c '^# TYPE pg_shard_id_[a-z_]*_total counter$')" 7
 
 say "two dropped databases made from one template: rows with the same labels"
 if [ -n "$STANDIN" ]; then

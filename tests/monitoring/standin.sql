@@ -79,3 +79,8 @@ INSERT INTO standin_check_rows VALUES ('preload', 'ok', 'stand-in'), ('data_floo
                                       ('shard_numbers', 'ok', 'stand-in'), ('mask_keys', 'skipped', 'stand-in');
 CREATE FUNCTION shard_id_check() RETURNS TABLE ("check" text, status text, detail text) STABLE LANGUAGE sql
     AS $$ SELECT "check", status, detail FROM standin_check_rows ORDER BY 1 $$;
+
+-- pg_shard_id_info()'s guard table columns: 64 slots, those of the sequences counted in use
+CREATE FUNCTION pg_shard_id_info() RETURNS TABLE (guard_slots integer, guard_slots_in_use integer, guard_evictions bigint)
+    STABLE LANGUAGE sql
+    AS $$ SELECT 64, (SELECT count(*)::integer FROM standin_counters), 0::bigint $$;
