@@ -471,17 +471,24 @@ BEGIN
                        ELSE '' END);
 END $$;
 
--- Whether keys of this type compare with an equality operator that resolves under
--- search_path = pg_catalog, as the conversion's triggers and sweeps compare them (varchar: text's;
--- ltree, citext: none). Tried by parsing the comparison, as they are.
-CREATE FUNCTION _pg_shard_id.equality_of_pg_catalog(t regtype) RETURNS boolean
-LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-BEGIN
-    EXECUTE format('SELECT NULL::%s = NULL::%s', t, t);
-    RETURN true;
-EXCEPTION WHEN undefined_function OR ambiguous_function THEN
-    RETURN false;
-END $$;
+-- Whether tbl's key compares with PostgreSQL's own equality: the equality operator of its primary
+-- key's btree operator family is in pg_catalog (text's for varchar). The conversion's triggers and
+-- sweeps compare keys under search_path = pg_catalog; a type of an extension (ltree) has no such
+-- operator, and one that casts to text (citext) would compare otherwise than its foreign keys do
+-- (case-insensitively): its references never resolved (the ninth and twelfth reviews).
+CREATE FUNCTION _pg_shard_id.equality_of_pg_catalog(tbl regclass, key_column name) RETURNS boolean
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(bool_and(o.oprnamespace = 'pg_catalog'::regnamespace), false)
+      FROM pg_constraint c
+      JOIN pg_index i ON i.indexrelid = c.conindid
+      JOIN pg_attribute a ON a.attrelid = tbl AND a.attname = key_column
+      CROSS JOIN LATERAL generate_series(0, i.indnkeyatts - 1) k
+      JOIN pg_opclass oc ON oc.oid = i.indclass[k]
+      JOIN pg_amop ao ON ao.amopfamily = oc.opcfamily AND ao.amopstrategy = 3
+                     AND ao.amoplefttype = oc.opcintype AND ao.amoprighttype = oc.opcintype
+      JOIN pg_operator o ON o.oid = ao.amopopr
+     WHERE c.conrelid = tbl AND c.contype = 'p' AND i.indkey[k] = a.attnum
+$$;
 
 -- Why an index on a moved column (col, number attnum, of type old_type, on rel) cannot follow it,
 -- as "kind: reason", or NULL: a unique index whose nulls are not distinct (its twin is built while
@@ -505,10 +512,13 @@ BEGIN
         RETURN format('index with nulls not distinct: %s: its twin is built before the batches, while every row''s new column is NULL, and two NULLs would be duplicates; drop it (or make it NULLS DISTINCT), convert, create it again',
                       pg_get_indexdef(idx));
     END IF;
-    IF old_type <> 'bigint' AND (i.indexprs IS NOT NULL OR i.indpred IS NOT NULL OR am NOT IN ('btree', 'hash')
-                                 OR EXISTS (SELECT FROM generate_series(0, i.indnkeyatts - 1) k JOIN pg_opclass o ON o.oid = i.indclass[k]
-                                             WHERE i.indkey[k] = attnum AND NOT o.opcdefault)) THEN
-        RETURN format('expression on a key that is not bigint: %s reads %s.%I, which is %s, with expressions, a predicate, an operator class or an access method for that type; the new column is bigint: drop it, convert, create it again',
+    -- (its expressions and predicate are tried below, on bigint: those that do not read the key
+    -- pass, and lower(code) fails: function lower(bigint) does not exist)
+    IF old_type <> 'bigint' AND attnum = ANY (i.indkey::int2[])
+       AND (am NOT IN ('btree', 'hash')
+            OR EXISTS (SELECT FROM generate_series(0, i.indnkeyatts - 1) k JOIN pg_opclass o ON o.oid = i.indclass[k]
+                        WHERE i.indkey[k] = attnum AND NOT o.opcdefault)) THEN
+        RETURN format('expression on a key that is not bigint: %s indexes %s.%I, which is %s, with an operator class or an access method for that type; the new column is bigint: drop it, convert, create it again',
                       pg_get_indexdef(idx), rel, col, old_type);
     END IF;
     IF i.indexprs IS NULL AND i.indpred IS NULL THEN
@@ -528,8 +538,11 @@ BEGIN
             BEGIN
                 EXECUTE format('SELECT (%s) FROM (SELECT %s) AS %I', expr, row_of, (SELECT relname FROM pg_class WHERE oid = rel)) USING sample;
             EXCEPTION WHEN OTHERS THEN
-                RETURN format('index expression new ids fail: %s: (%s) fails for the new id %s (%s): every insert would fail once its twin is built; drop it or change it, convert, create it again',
-                              pg_get_indexdef(idx), expr, sample, SQLERRM);
+                RETURN format('%s: %s: (%s) fails for the new id %s (%s): %s; drop it or change it, convert, create it again',
+                              CASE WHEN old_type <> 'bigint' THEN 'expression on a key that is not bigint' ELSE 'index expression new ids fail' END,
+                              pg_get_indexdef(idx), expr, sample, SQLERRM,
+                              CASE WHEN old_type <> 'bigint' THEN format('it was written for %s, and the new column is bigint', old_type)
+                                   ELSE 'every insert would fail once its twin is built' END);
             END;
         END LOOP;
     END LOOP;
@@ -868,10 +881,9 @@ BEGIN
     -- the key's type: its equality operator must be pg_catalog's (the triggers' WHEN clauses and
     -- the sweeps compare keys under search_path = pg_catalog: an extension's type (ltree) made
     -- the prepare fail after the plan said yes: the ninth review)
-    IF NOT prepared AND NOT _pg_shard_id.equality_of_pg_catalog(
-        (SELECT a.atttypid FROM pg_attribute a WHERE a.attrelid = tbl AND a.attname = key_column)) THEN
+    IF NOT prepared AND NOT _pg_shard_id.equality_of_pg_catalog(tbl, key_column) THEN
         steps := steps || _pg_shard_id.step(0, 'prepare', 'key type', format('column %s.%I', tbl, key_column), 'refuse', NULL, NULL,
-                    format('the type of %s.%I has no equality operator of PostgreSQL''s own: the conversion compares keys with pg_catalog''s operators only (an extension''s type, such as ltree or citext, is not converted)', tbl, key_column), false);
+                    format('the primary key of %s compares %I with an equality operator that is not PostgreSQL''s own (an extension''s type, such as ltree or citext): the conversion compares keys with pg_catalog''s operators only, and would compare them otherwise than the foreign keys do', tbl, key_column), false);
     END IF;
     -- another conversion in progress moving a column of one of these tables: the twins of an
     -- index of a table both touch would take the same name (the tenth review)
@@ -2391,38 +2403,39 @@ $$;
 -- The swap: one transaction, ACCESS EXCLUSIVE on the table and each referencing table
 -- (lock_timeout 10 s), then the inventory read again under the locks (an object made since the
 -- prepare is carried too, or refused), every twin checked, and its swap steps run in order.
--- Waits until every transaction of this database that began before now (but this one) has ended,
--- 10 s at most (55P03, naming them), before the swap takes its locks. The swap renames the new
--- column into the key's place, a catalog change every snapshot sees at once, while a snapshot
--- taken before the batches filled a row still sees that row's version without a new id: read
--- through it after the swap, the key was NULL, and a REPEATABLE READ transaction that took no lock
--- copied NULL into a referencing row without an error (the eleventh review). Transactions are
--- seen by their virtual transaction id's lock in pg_locks (every backend holds one; readable by
--- any role), as CREATE INDEX CONCURRENTLY waits for older snapshots; prepared ones by
--- pg_prepared_xacts. Snapshots of a hot standby (hot_standby_feedback) are not seen: docs.
+-- Waits until no other session of this database holds a snapshot older than now (its xmin: the
+-- oldest transaction running when it was taken), 10 s at most (55P03, naming them), before the
+-- swap takes its locks, as CREATE INDEX CONCURRENTLY waits for older snapshots. The swap renames
+-- the new column into the key's place, a catalog change every snapshot sees at once, while a
+-- snapshot taken before the batches filled a row still sees that row's version without a new id:
+-- read through it after the swap, the key was NULL, and a REPEATABLE READ transaction that took
+-- no lock copied NULL into a referencing row without an error (the eleventh review). By the
+-- snapshots' xmin, checked again on every pass, not by a list of transactions taken once: a
+-- snapshot exported by an old transaction and imported by a new one (SET TRANSACTION SNAPSHOT, a
+-- logical replication slot's exported snapshot) carries the old xmin (the twelfth review).
+-- Walsenders count too: a standby's hot_standby_feedback is its queries' xmin. SECURITY DEFINER:
+-- pg_stat_activity shows other roles' xmin only to superusers and pg_read_all_stats; it reads
+-- nothing else, and says only pids.
 CREATE FUNCTION _pg_shard_id.wait_for_older_transactions(tbl regclass) RETURNS void
-LANGUAGE plpgsql VOLATILE STRICT SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
-    older text[] := ARRAY(SELECT l.virtualxid FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-                           WHERE l.locktype = 'virtualxid' AND l.granted AND l.pid <> pg_backend_pid()
-                             AND a.datid = (SELECT oid FROM pg_database WHERE datname = current_database())
-                             AND a.backend_type IN ('client backend', 'parallel worker', 'background worker'));
-    older_prepared xid[] := ARRAY(SELECT p.transaction FROM pg_prepared_xacts p WHERE p.database = current_database());
+    horizon xid8 := pg_snapshot_xmax(pg_current_snapshot());
     deadline timestamptz := clock_timestamp() + interval '10 s';
     left_ text;
 BEGIN
     LOOP
-        SELECT string_agg(format('pid %s (%s, since %s)', a.pid, coalesce(a.state, 'state hidden'), coalesce(a.xact_start::text, '?')), ', ')
-          INTO left_
-          FROM pg_locks l JOIN pg_stat_activity a ON a.pid = l.pid
-         WHERE l.locktype = 'virtualxid' AND l.granted AND l.virtualxid = ANY (older);
-        left_ := concat_ws(', ', left_, (SELECT string_agg(format('prepared transaction %L', p.gid), ', ')
-                                           FROM pg_prepared_xacts p WHERE p.transaction = ANY (older_prepared)));
-        EXIT WHEN left_ IS NULL OR left_ = '';
+        SELECT string_agg(format('pid %s (%s)', a.pid, a.backend_type), ', ' ORDER BY a.pid) INTO left_
+          FROM pg_stat_activity a
+         WHERE a.pid <> pg_backend_pid() AND a.backend_xmin IS NOT NULL
+           AND (a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()) OR a.backend_type = 'walsender')
+           AND a.backend_type <> 'autovacuum worker'
+           -- (older: a larger age; the horizon as a 32-bit xid, as backend_xmin is)
+           AND age(a.backend_xmin) > age((horizon::text::bigint % 4294967296)::text::xid);
+        EXIT WHEN left_ IS NULL;
         IF clock_timestamp() > deadline THEN
-            RAISE EXCEPTION 'pg_shard_id: the swap of % waited 10 s for transactions older than it: %', tbl, left_
+            RAISE EXCEPTION 'pg_shard_id: the swap of % waited 10 s for snapshots older than it: %', tbl, left_
                 USING ERRCODE = '55P03',
-                      HINT = format('A transaction that began before the swap may hold a snapshot taken before the batches, through which the key would read NULL after it. End those transactions (an idle one: its application commits), then CALL shard_id_convert_finish(%L) again: nothing of this step was done.', tbl::text);
+                      HINT = format('A snapshot taken before the batches would read the key as NULL after the swap. End those transactions (an idle one: its application commits; a standby query: hot_standby_feedback), then CALL shard_id_convert_finish(%L) again: nothing of this step was done.', tbl::text);
         END IF;
         PERFORM pg_sleep(0.05);
     END LOOP;
@@ -3174,14 +3187,14 @@ COMMENT ON FUNCTION _pg_shard_id.convert_arguments(regclass, integer) IS 'shard_
 COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction of shard_id_convert_finish: a check before the swap, the swap, or a foreign key validated; whether there is more to do.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
 COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
-COMMENT ON FUNCTION _pg_shard_id.wait_for_older_transactions(regclass) IS 'Waits, 10 s at most (55P03), until every transaction of this database that began before the swap has ended: a snapshot older than the batches would read the key as NULL after it.';
+COMMENT ON FUNCTION _pg_shard_id.wait_for_older_transactions(regclass) IS 'Waits, 10 s at most (55P03), until no other session of the database (or walsender) holds a snapshot older than the swap: through one, the key would read NULL after it.';
 COMMENT ON PROCEDURE shard_id_convert_abandon(regclass) IS 'Abandons a conversion before its swap: drops its triggers and new columns (with their twin indexes and CHECKs) and its progress row; the table is as it was before the prepare.';
 COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap block, counted in the first 8 blocks: the batch size of a table never analyzed.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE and UPDATE OF the key triggers of a table being converted: record the new ids of rows deleted or given another key, so that rows referencing one inserted again with its old key follow it (SECURITY DEFINER; reads only the new id, by field selection; records only for a trigger on the table being converted).';
 COMMENT ON FUNCTION _pg_shard_id.renamed_columns(regclass) IS 'The columns a prepared conversion names (in its state and its triggers'' arguments) that no longer exist under that name: renamed or dropped after the prepare.';
 COMMENT ON FUNCTION _pg_shard_id.trigger_arguments(bytea, smallint) IS 'A trigger''s arguments (pg_trigger.tgargs) as text in the database''s encoding; one that is not valid text there is NULL.';
 COMMENT ON FUNCTION _pg_shard_id.refuse_changed(regclass) IS 'Raises 55000 naming each column a conversion names that was renamed or dropped after its prepare, and each foreign key to its key added after it; every step calls it before it changes anything.';
-COMMENT ON FUNCTION _pg_shard_id.equality_of_pg_catalog(regtype) IS 'Whether keys of a type compare with an equality operator that resolves under search_path = pg_catalog, as the conversion''s triggers and sweeps compare them.';
+COMMENT ON FUNCTION _pg_shard_id.equality_of_pg_catalog(regclass, name) IS 'Whether a table''s key compares with PostgreSQL''s own equality (its primary key''s btree family''s operator in pg_catalog), as the conversion''s triggers and sweeps compare keys.';
 COMMENT ON FUNCTION _pg_shard_id.index_refusal(oid, regclass, name, smallint, text) IS 'Why an index on a moved column cannot follow it (kind: reason), or NULL: nulls not distinct, an index for another type than bigint, an expression or predicate that fails for new ids.';
 COMMENT ON FUNCTION _pg_shard_id.sweep(regclass, text, boolean) IS 'The sweeps of a conversion: rows still without a new id, referencing rows whose referenced row was not known, and those of a row deleted and inserted again; then the record of deleted rows loses what they saw.';
 COMMENT ON FUNCTION _pg_shard_id.lock_tables(text) IS 'The swap''s locks, taken without holding one while waiting long for another: attempts of at most 200 ms a lock, for 10 s in all.';

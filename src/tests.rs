@@ -475,7 +475,7 @@ mod tests {
             "_pg_shard_id.renamed_columns(regclass):sss",
             "_pg_shard_id.trigger_arguments(bytea,smallint):sss",
             "_pg_shard_id.refuse_changed(regclass):sss",
-            "_pg_shard_id.equality_of_pg_catalog(regtype):sss",
+            "_pg_shard_id.equality_of_pg_catalog(regclass,name):sss",
             "_pg_shard_id.index_refusal(oid,regclass,name,smallint,text):vus",
             "_pg_shard_id.sweep(regclass,text,boolean):vu-",
             "_pg_shard_id.lock_tables(text):vu-",

@@ -437,7 +437,7 @@ def test_what_reads_a_text_key_is_refused(cluster, db, shape):
                                 "CREATE POLICY codes_a ON codes USING (code LIKE 'c%')"}[shape])
         with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
             conn.execute("CALL shard_id_convert_prepare('codes', 'created_at', 'codes_shard_id_seq', 5)")
-        assert "which is text" in refused.value.diag.message_detail, refused.value.diag.message_detail
+        assert "on a key that is not bigint" in refused.value.diag.message_detail, refused.value.diag.message_detail
         assert one(conn, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'codes'::regclass AND attname = 'shard_id'") == 0
 
 
@@ -501,7 +501,7 @@ def test_the_swap_waits_for_a_snapshot_older_than_the_batches(cluster, db):
         conn.execute("CALL shard_id_convert('purchases', 700)")
         with pytest.raises(psycopg.errors.LockNotAvailable) as waited:
             conn.execute("CALL shard_id_convert_finish('purchases')")
-        assert "waited 10 s for transactions older than it" in str(waited.value)
+        assert "waited 10 s for snapshots older than it" in str(waited.value)
         assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "filled"
         # what it would have read: nothing, yet; it ends
         assert one(old, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
@@ -534,3 +534,69 @@ def test_a_partition_attached_during_the_conversion_gets_the_new_default(cluster
         conn.execute("CALL shard_id_convert_finish('qt')")
         conn.execute("INSERT INTO qt_later (region, created_at) VALUES (4, now())")
         assert one(conn, "SELECT shard_id_extract_shard(id) FROM qt_later") == 5
+
+
+def test_the_swap_waits_for_a_snapshot_imported_from_an_older_transaction(cluster, db):
+    """On 9c1015d the swap waited for the transactions older than it, listed once: a transaction
+    that began during the wait and imported an older one's exported snapshot (SET TRANSACTION
+    SNAPSHOT) got past it and read the key as NULL after the swap (the twelfth review). The wait
+    now looks at every session's snapshot (its xmin) on every pass."""
+    import threading
+    with cluster.connect(db) as conn, cluster.connect(db) as exporter, cluster.connect(db) as importer:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        exporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        snapshot = one(exporter, "SELECT pg_export_snapshot()")
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        outcome = {}
+
+        def finish():
+            with cluster.connect(db) as f:
+                f.autocommit = True
+                try:
+                    f.execute("CALL shard_id_convert_finish('purchases')")
+                    outcome["finish"] = "done"
+                except psycopg.Error as e:
+                    outcome["finish"] = e.sqlstate
+        waiting = threading.Thread(target=finish)
+        waiting.start()
+        import time
+        time.sleep(1)  # (the finish is waiting for the exporter)
+        importer.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        importer.execute(f"SET TRANSACTION SNAPSHOT '{snapshot}'")
+        exporter.execute("COMMIT")
+        waiting.join()
+        assert outcome["finish"] == "55P03", outcome  # (the importer's snapshot is as old)
+        assert one(importer, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
+        importer.execute("COMMIT")
+        conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert one(conn, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
+
+
+def test_a_citext_key_is_refused(cluster, db):
+    """On 9c1015d a citext key passed the plan (its values compare as text under pg_catalog), but
+    its foreign keys compare without case: references never resolved and every finish failed
+    (the twelfth review). The key's primary key compares with citext's own operator: refused."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS citext")
+        conn.execute("CREATE TABLE purchases (id citext PRIMARY KEY, created_at timestamptz NOT NULL)")
+        conn.execute("CREATE TABLE purchase_lines (id bigserial PRIMARY KEY, purchase_id citext REFERENCES purchases)")
+        conn.execute("INSERT INTO purchases VALUES ('abc', now() - interval '1 day')")
+        conn.execute("INSERT INTO purchase_lines (purchase_id) VALUES ('ABC')")
+        conn.execute("CREATE SEQUENCE purchases_shard_id_seq")
+        refused_before_anything_changed(conn, "key type", "purchases")
+
+
+def test_an_integer_key_s_indexes_that_do_not_read_it_differently_are_not_refused(cluster, db):
+    """On 9c1015d every index with an expression or a predicate was refused when the key was not
+    bigint, even one whose expression and predicate do not read the key (the twelfth review)."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE TABLE ip (id serial PRIMARY KEY, created_at timestamptz NOT NULL, name text, archived boolean)")
+        conn.execute("CREATE INDEX ip_live ON ip (id) WHERE NOT archived")
+        conn.execute("CREATE INDEX ip_name ON ip (lower(name), id)")
+        conn.execute("CREATE SEQUENCE ip_shard_id_seq")
+        assert conn.execute("SELECT object, detail FROM shard_id_convert_plan('ip', 'created_at', 'ip_shard_id_seq', 5) "
+                            "WHERE action = 'refuse'").fetchall() == []
