@@ -1687,6 +1687,27 @@ BEGIN
     RETURN NULL;
 END $$;
 
+-- A trigger's arguments (pg_trigger.tgargs: each followed by a zero byte), as text in the
+-- database's encoding; an argument that is not valid text there is NULL (it names no column).
+CREATE FUNCTION _pg_shard_id.trigger_arguments(args bytea, n smallint) RETURNS text[]
+LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    found text[] := '{}';
+    cut integer;
+BEGIN
+    FOR k IN 1 .. n LOOP
+        cut := position('\x00'::bytea IN args);
+        EXIT WHEN cut = 0;
+        BEGIN
+            found := found || convert_from(substring(args FROM 1 FOR cut - 1), getdatabaseencoding());
+        EXCEPTION WHEN OTHERS THEN
+            found := found || NULL::text;
+        END;
+        args := substring(args FROM cut + 1);
+    END LOOP;
+    RETURN found;
+END $$;
+
 -- The columns a prepared conversion names, in its state and in its triggers' arguments, that no
 -- longer exist under that name: renamed (or dropped) after the prepare. The steps find the new
 -- columns by the names the prepare derived from the old ones, and the triggers read columns by
@@ -1727,27 +1748,6 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 4 SET search_path = pg_catalog, pg
        AND NOT EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = n.rel AND a.attname = n.col AND NOT a.attisdropped)
      ORDER BY 1
 $$;
-
--- A trigger's arguments (pg_trigger.tgargs: each followed by a zero byte), as text in the
--- database's encoding; an argument that is not valid text there is NULL (it names no column).
-CREATE FUNCTION _pg_shard_id.trigger_arguments(args bytea, n smallint) RETURNS text[]
-LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
-DECLARE
-    found text[] := '{}';
-    cut integer;
-BEGIN
-    FOR k IN 1 .. n LOOP
-        cut := position('\x00'::bytea IN args);
-        EXIT WHEN cut = 0;
-        BEGIN
-            found := found || convert_from(substring(args FROM 1 FOR cut - 1), getdatabaseencoding());
-        EXCEPTION WHEN OTHERS THEN
-            found := found || NULL::text;
-        END;
-        args := substring(args FROM cut + 1);
-    END LOOP;
-    RETURN found;
-END $$;
 
 -- 55000 when a column the conversion of tbl names was renamed after its prepare (above), or a
 -- foreign key to its key was added after it (its new referencing column, triggers and index were
