@@ -487,6 +487,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 32 SET search_path = pg_catalog, pg_te
     ('another conversion', '_pg_shard_id.conversions', 'refuse', 'another conversion in progress moves a column of one of the same tables (its twins would take the same names): finish or abandon it first'),
     ('key type', 'pg_attribute.atttypid, pg_operator', 'refuse', 'a key whose type''s equality operator is not PostgreSQL''s own (an extension''s type: ltree, citext, isn): the conversion''s triggers and sweeps compare keys with pg_catalog''s operators only, so that no role''s operator runs in them'),
     ('check constraint of the whole row', 'pg_constraint.conkey (0)', 'refuse', 'a CHECK that passes the whole row to a function (CHECK (f(t))): whether the new ids satisfy it cannot be tried; drop it, convert, add it again'),
+    ('index of the whole row', 'pg_index.indexprs, indpred (a whole-row Var)', 'refuse', 'an index whose expression or predicate takes the whole row (CREATE INDEX ON t (f(t))): PostgreSQL ties it to the table, not to the key, and after the swap it would hold what it computed from the old values (index scans would miss rows); drop it, convert, create it again'),
     ('check constraint not valid', 'pg_constraint.convalidated', 'refuse', 'every batch UPDATE checks a NOT VALID CHECK (or, on PostgreSQL 18, NOT NULL): validate it (or drop it) first'),
     ('check constraint on the key', 'pg_constraint.conbin', 'refuse', 'a CHECK on the key or a referencing column alone that a new id does not satisfy (id < 2^31), or on a referencing column that a writer''s placeholder (-2) does not: drop or change it first'),
     ('depends on the key''s constraint', 'pg_depend: pg_constraint', 'refuse', 'a view that groups by the key depends on its primary key, which the swap drops: drop it, convert, create it again'),
@@ -788,6 +789,23 @@ BEGIN
         steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint of the whole row', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
                     format('ALTER TABLE %s DROP CONSTRAINT %I', x.rel, x.conname),
                     format('%s takes the whole row, key included: whether the new ids satisfy it cannot be tried here; drop it, convert, add it again', x.def), false);
+    END LOOP;
+    -- an index whose expression or predicate takes the whole row (CREATE INDEX ON t (f(t)),
+    -- computed columns in PostgREST's style): pg_depend ties it to the table, not to the key, so
+    -- no rule here sees it, and after the swap it would hold what f computed from the old values:
+    -- index scans miss rows (the thirteenth review). Listed after the prepare too, so that the
+    -- swap, which reads the inventory again under its locks, refuses one made since (or while it
+    -- waited: the fourteenth review). A partition's copy of a parent's index is the parent's.
+    FOR x IN SELECT DISTINCT i.indexrelid::regclass AS idx, i.indrelid::regclass AS rel
+               FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
+               JOIN pg_index i ON i.indrelid = cc.rel
+              WHERE (i.indexprs::text ~ '\{VAR :varno 1 :varattno 0 ' OR i.indpred::text ~ '\{VAR :varno 1 :varattno 0 ')
+                AND NOT EXISTS (SELECT FROM pg_inherits h WHERE h.inhrelid = i.indexrelid)
+              ORDER BY 1 LOOP
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'index of the whole row', format('index %s on %s', x.idx, x.rel), 'refuse', NULL,
+                    format('DROP INDEX %s', x.idx),
+                    format('%s takes the whole row of %s in its expression or predicate: after the swap it would hold what it computed from the old values; drop it, convert, create it again',
+                           pg_get_indexdef(x.idx), x.rel), false);
     END LOOP;
     -- a user's NOT VALID CHECK: every batch UPDATE checks it, and a row that breaks it stops them
     FOR x IN SELECT DISTINCT con.oid, con.conname, con.conrelid::regclass AS rel
@@ -1934,7 +1952,11 @@ BEGIN
                   HINT = format('%s.%I holds the new ids and %I the old ones; going back is a conversion of its own.',
                                 tbl, state.key_column, _pg_shard_id.derived_name(state.key_column, '_before_shard_id'));
     END IF;
-    PERFORM _pg_shard_id.refuse_changed(tbl);
+    -- (renamed columns only: abandoning drops what the prepare made, by the names it gave, and
+    -- touches no foreign key added since, which is no reason to stay: the fourteenth review)
+    IF EXISTS (SELECT FROM _pg_shard_id.renamed_columns(tbl)) THEN
+        PERFORM _pg_shard_id.refuse_changed(tbl);
+    END IF;
     -- each referencing table, then the table (the swap's order, and writers'), for the catalog
     -- changes only
     PERFORM _pg_shard_id.lock_tables((SELECT i.statement FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'swap' AND i.action = 'lock'));
@@ -2265,6 +2287,11 @@ EXCEPTION WHEN deadlock_detected THEN
         USING ERRCODE = '40P01',
               HINT = format('A transaction took the tables'' locks in another order; nothing of this step was done, and it ended so that the other one could go on. CALL shard_id_convert_finish(%L) again: it goes on from its last step.', tbl::text);
 WHEN lock_not_available THEN
+    -- (the wait for older snapshots says what it waited for itself, not a lock: the thirteenth
+    -- review)
+    IF position('waited 10 s for snapshots older than it' in SQLERRM) > 0 THEN
+        RAISE;
+    END IF;
     -- a step waits at most 10 s for its lock (behind it, every writer of the table would wait
     -- too), then gives up, having done nothing
     RAISE EXCEPTION 'pg_shard_id: the finish of % waited 10 s for a lock: %', tbl, SQLERRM
@@ -2306,9 +2333,16 @@ DECLARE
     horizon xid8 := pg_snapshot_xmax(pg_current_snapshot());
     deadline timestamptz := clock_timestamp() + interval '10 s';
     left_ text;
+    oldest integer;  -- the age of the oldest snapshot waited for
+    holders text;
 BEGIN
     LOOP
-        SELECT string_agg(format('pid %s (%s)', a.pid, a.backend_type), ', ' ORDER BY a.pid) INTO left_
+        -- (PostgreSQL keeps what pg_stat_activity showed for the rest of the transaction: without
+        -- this, every pass saw the first pass's sessions, and a snapshot that ended during the
+        -- wait failed the finish after 10 s all the same: the thirteenth review)
+        PERFORM pg_stat_clear_snapshot();
+        SELECT string_agg(format('pid %s (%s)', a.pid, a.backend_type), ', ' ORDER BY a.pid), max(age(a.backend_xmin))
+          INTO left_, oldest
           FROM pg_stat_activity a
          WHERE a.pid <> pg_backend_pid() AND a.backend_xmin IS NOT NULL
            AND (a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()) OR a.backend_type = 'walsender')
@@ -2317,9 +2351,21 @@ BEGIN
            AND age(a.backend_xmin) > age((horizon::text::bigint % 4294967296)::text::xid);
         EXIT WHEN left_ IS NULL;
         IF clock_timestamp() > deadline THEN
+            -- a transaction that holds a transaction id (a prepared one, an idle writer) holds
+            -- every newer snapshot's xmin back to it: the sessions named are then not old, it is
+            -- (the thirteenth review)
+            SELECT string_agg(h.what, ', ' ORDER BY h.what) INTO holders
+              FROM (SELECT format('prepared transaction %L (xid %s)', p.gid, p.transaction) AS what
+                      FROM pg_prepared_xacts p WHERE age(p.transaction) >= oldest
+                    UNION ALL
+                    SELECT format('pid %s (xid %s, %s)', a.pid, a.backend_xid, a.state)
+                      FROM pg_stat_activity a
+                     WHERE a.pid <> pg_backend_pid() AND a.backend_xid IS NOT NULL AND age(a.backend_xid) >= oldest) h;
             RAISE EXCEPTION 'pg_shard_id: the swap of % waited 10 s for snapshots older than it: %', tbl, left_
                 USING ERRCODE = '55P03',
-                      HINT = format('A snapshot taken before the batches would read the key as NULL after the swap. End those transactions (an idle one: its application commits; a standby query: hot_standby_feedback), then CALL shard_id_convert_finish(%L) again: nothing of this step was done.', tbl::text);
+                      DETAIL = CASE WHEN holders IS NOT NULL
+                                    THEN 'These transactions hold a transaction id as old as those snapshots, and with it every newer snapshot''s xmin: ' || holders END,
+                      HINT = format('A snapshot taken before the batches would read the key as NULL after the swap. End those transactions (an idle one: its application commits; a prepared one: COMMIT PREPARED or ROLLBACK PREPARED; a standby query: hot_standby_feedback), then CALL shard_id_convert_finish(%L) again: nothing of this step was done.', tbl::text);
         END IF;
         PERFORM pg_sleep(0.05);
     END LOOP;
@@ -2333,6 +2379,9 @@ DECLARE
 BEGIN
     step := (SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'swap' AND i.action = 'lock');
     PERFORM _pg_shard_id.lock_tables(step.statement);
+    -- (again under the locks: a rename or a foreign key committed while the finish waited got
+    -- past its first check: the fourteenth review)
+    PERFORM _pg_shard_id.refuse_changed(tbl);
     plan := ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i);
     -- (what the batches would fire, and publications, mattered before the batches: not now)
     PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT p FROM unnest(plan) p WHERE p.action = 'refuse'

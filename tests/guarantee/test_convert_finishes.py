@@ -6,10 +6,22 @@ a table never analyzed gets batches of about the size asked.
 Each test fails on cec376e (the prepare accepted and changed the table, or no abandon existed, or
 a batch converted every row at once). Run by tests/guarantee/run.sh."""
 
+import threading
+import time
+
 import psycopg
 import pytest
 
+from pgcluster import Cluster
 from test_convert_schema import base_schema, convert, one, prepare, role
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """conftest's cluster, with prepared transactions allowed (a coordinator's, held)."""
+    c = Cluster("convert_finishes", conf=["max_prepared_transactions = 4"])
+    yield c
+    c.destroy()
 
 
 def columns(conn, table):
@@ -600,3 +612,157 @@ def test_an_integer_key_s_indexes_that_do_not_read_it_differently_are_not_refuse
         conn.execute("CREATE SEQUENCE ip_shard_id_seq")
         assert conn.execute("SELECT object, detail FROM shard_id_convert_plan('ip', 'created_at', 'ip_shard_id_seq', 5) "
                             "WHERE action = 'refuse'").fetchall() == []
+
+
+@pytest.mark.parametrize("where", ["expression", "predicate"])
+def test_an_index_of_the_whole_row_is_refused(cluster, db, where):
+    """On 359ad0a an index whose expression or predicate takes the whole row
+    (CREATE UNIQUE INDEX ON purchases (purchase_code(purchases)), PostgREST-style computed
+    columns) was neither refused nor built again: pg_depend ties it to the table, not the key, so
+    after the swap it held what purchase_code() computed from the old keys and index scans missed
+    rows (the thirteenth review). The plan and the prepare refuse it before anything changes."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("CREATE FUNCTION purchase_code(p purchases) RETURNS text LANGUAGE sql IMMUTABLE "
+                     "AS $$ SELECT p.id::text || '-' || p.item $$")
+        conn.execute({"expression": "CREATE UNIQUE INDEX purchases_code ON purchases (purchase_code(purchases))",
+                      "predicate": "CREATE INDEX purchases_code ON purchases (item) "
+                                   "WHERE purchase_code(purchases) LIKE '1%'"}[where])
+        refused_before_anything_changed(conn, "index of the whole row", "purchases_code")
+
+
+def test_an_index_of_the_whole_row_made_after_the_prepare_stops_the_swap(cluster, db):
+    """On 359ad0a such an index made after the prepare (a deploy during a long conversion) went
+    through the swap and kept the old keys' values: this lookup found nothing. The swap reads the
+    inventory again under its locks and refuses it, nothing done; dropped, the finish swaps."""
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        conn.execute("CREATE FUNCTION purchase_code(p purchases) RETURNS text LANGUAGE sql IMMUTABLE "
+                     "AS $$ SELECT p.id::text || '-' || p.item $$")
+        conn.execute("CREATE INDEX purchases_code ON purchases (purchase_code(purchases))")
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert "purchases_code" in refused.value.diag.message_detail, refused.value.diag.message_detail
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "filled"
+        assert "id_before_shard_id" not in columns(conn, "purchases")
+        conn.execute("DROP INDEX purchases_code")
+        conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+
+
+def test_the_swap_goes_on_once_an_older_snapshot_ends_during_its_wait(cluster, db):
+    """On 359ad0a the wait for older snapshots read pg_stat_activity, which PostgreSQL keeps
+    unchanged for the rest of a transaction: every pass saw the first pass's sessions, so a
+    snapshot that ended 1.5 s into the wait failed the finish after 10 s all the same, and on a
+    busy database the finish might never complete (the thirteenth review)."""
+    with cluster.connect(db) as conn, cluster.connect(db) as old:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        old.execute("SELECT 1 FROM pg_class LIMIT 1")  # (its snapshot: before the batches)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        ends = threading.Timer(1.5, old.commit)
+        ends.start()
+        try:
+            conn.execute("CALL shard_id_convert_finish('purchases')")
+        finally:
+            ends.join()
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT count(*) FROM purchases WHERE shard_id_extract_shard(id) = 5") == \
+            one(conn, "SELECT count(*) FROM purchases")
+
+
+def test_a_prepared_transaction_that_holds_the_wait_is_named(cluster, db):
+    """On 359ad0a a prepared transaction (or an idle writer) held every newer snapshot's xmin
+    back, and the wait's 55P03 named those sessions, not the cause, and the finish called it a
+    lock (the thirteenth review). It names the prepared transaction and says how to end it."""
+    with cluster.connect(db) as conn, cluster.connect(db) as writer, cluster.connect(db) as reader:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        # (a write elsewhere: one into purchase_lines would hold its parent's row, and the batches
+        # would wait for it, as any UPDATE of a key does)
+        conn.execute("CREATE TABLE coordinator_log (note text)")
+        writer.execute("BEGIN")
+        writer.execute("INSERT INTO coordinator_log VALUES ('phase one')")
+        writer.execute("PREPARE TRANSACTION 'held_by_a_coordinator'")
+        reader.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        reader.execute("SELECT 1")  # (a snapshot newer than the batches, its xmin held back)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        try:
+            with pytest.raises(psycopg.errors.LockNotAvailable) as waited:
+                conn.execute("CALL shard_id_convert_finish('purchases')")
+            assert "waited 10 s for snapshots older than it" in waited.value.diag.message_primary
+            assert "held_by_a_coordinator" in (waited.value.diag.message_detail or ""), waited.value.diag.message_detail
+            assert "ROLLBACK PREPARED" in waited.value.diag.message_hint
+        finally:
+            reader.execute("COMMIT")
+            conn.execute("ROLLBACK PREPARED 'held_by_a_coordinator'")
+        conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+
+
+def test_a_foreign_key_added_while_the_finish_waits_stops_the_swap(cluster, db):
+    """On 359ad0a the finish checked for foreign keys added after the prepare before it waited
+    for older snapshots and took its locks: one committed during the wait got past, and the swap
+    failed on it (the fourteenth review). The swap checks again under its locks: 55000 naming it,
+    nothing done; dropped, the finish swaps."""
+    with cluster.connect(db) as conn, cluster.connect(db) as old, cluster.connect(db) as deploy:
+        conn.autocommit = True
+        deploy.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        conn.execute("CREATE TABLE late (id bigserial PRIMARY KEY, purchase_id bigint)")
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+        old.execute("SELECT 1")
+        outcome = {}
+
+        def finish():
+            with cluster.connect(db) as f:
+                f.autocommit = True
+                try:
+                    f.execute("CALL shard_id_convert_finish('purchases')")
+                    outcome["finish"] = "done"
+                except psycopg.Error as e:
+                    outcome["finish"] = (e.sqlstate, str(e), e.diag.message_detail)
+        waiting = threading.Thread(target=finish)
+        waiting.start()
+        time.sleep(1)  # (the finish is waiting for the old snapshot)
+        deploy.execute("ALTER TABLE late ADD FOREIGN KEY (purchase_id) REFERENCES purchases")
+        old.execute("COMMIT")
+        waiting.join()
+        assert outcome["finish"][0] == "55000", outcome
+        assert "was added after its prepare" in outcome["finish"][1], outcome
+        assert "late.purchase_id" in outcome["finish"][2], outcome
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "filled"
+        conn.execute("ALTER TABLE late DROP CONSTRAINT late_purchase_id_fkey")
+        conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+
+
+def test_abandoning_after_a_foreign_key_was_added_goes_on(cluster, db):
+    """On 359ad0a abandoning a conversion after a foreign key to its key had been added was
+    refused, with a hint that said to abandon (the fourteenth review). Abandoning drops only what
+    the prepare made: the foreign key stays, on the old key, as the user made it."""
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        conn.execute("CREATE TABLE late (id bigserial PRIMARY KEY, purchase_id bigint REFERENCES purchases)")
+        conn.execute("CALL shard_id_convert_abandon('purchases')")
+        assert "shard_id" not in columns(conn, "purchases") and "shard_id" not in columns(conn, "purchase_lines")
+        assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 0
+        assert one(conn, "SELECT count(*) FROM pg_constraint WHERE conname = 'late_purchase_id_fkey'") == 1
