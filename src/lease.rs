@@ -35,20 +35,12 @@ use std::path::Path;
 /// taken); it must be added to the page before a release (this project's machines cannot reach
 /// it). The id is in every record written, so it can never change once released.
 pub const RMGR_ID: u8 = 211;
-#[cfg(not(feature = "pg14"))]
 const RMGR_NAME: &std::ffi::CStr = c"pg_shard_id";
-#[cfg(not(feature = "pg14"))]
 /// The one record type: "the lease is now at least this". The low 4 bits of `xl_info` belong to
 /// PostgreSQL (`XLR_INFO_MASK`).
 const XLOG_LEASE: u8 = 0x10;
 
 /// Registers the resource manager. Call from `_PG_init` while shared_preload_libraries load.
-/// PostgreSQL 14 has no custom resource managers: there the lease lives in the file only.
-#[cfg(feature = "pg14")]
-pub fn register_wal() {}
-
-/// Registers the resource manager. Call from `_PG_init` while shared_preload_libraries load.
-#[cfg(not(feature = "pg14"))]
 pub fn register_wal() {
     let rmgr = pg_sys::RmgrData {
         rm_name: RMGR_NAME.as_ptr(),
@@ -95,12 +87,8 @@ pub fn extend(table: &SlotTable, unix_ms: i64, epoch_unix_ms: i64) -> bool {
 /// Writes and flushes the WAL record of `record`. Only on a server that can write WAL: ids are
 /// drawn after `nextval`, which refuses on a standby and in a read-only transaction.
 fn log_record(record: &Record) {
-    #[cfg(feature = "pg14")]
-    let _ = record;
-    #[cfg(not(feature = "pg14"))]
     let bytes = record.to_wal_bytes();
     // SAFETY: the documented insertion protocol; the data outlives XLogInsert, which copies it.
-    #[cfg(not(feature = "pg14"))]
     unsafe {
         pg_sys::XLogBeginInsert();
         pg_sys::XLogRegisterData(
@@ -112,7 +100,6 @@ fn log_record(record: &Record) {
     }
 }
 
-#[cfg(not(feature = "pg14"))]
 /// The record in a WAL record being replayed or described.
 ///
 /// # Safety
@@ -130,7 +117,6 @@ unsafe fn record_of(record: *mut pg_sys::XLogReaderState) -> Option<Record> {
     }
 }
 
-#[cfg(not(feature = "pg14"))]
 #[pg_guard]
 unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
     // SAFETY: PostgreSQL calls redo with the record being replayed.
@@ -148,7 +134,6 @@ unsafe extern "C-unwind" fn redo(record: *mut pg_sys::XLogReaderState) {
     }
 }
 
-#[cfg(not(feature = "pg14"))]
 /// Makes the shared table follow a lease record that is now in force: the lease, the floor one
 /// past it, and a refusal if this server's epoch is later than the recorded one.
 fn adopt(table: &SlotTable, record: Record) {
@@ -160,7 +145,6 @@ fn adopt(table: &SlotTable, record: Record) {
     );
 }
 
-#[cfg(not(feature = "pg14"))]
 #[pg_guard]
 unsafe extern "C-unwind" fn desc(buf: pg_sys::StringInfo, record: *mut pg_sys::XLogReaderState) {
     // SAFETY: PostgreSQL passes the record being described.
@@ -178,7 +162,6 @@ unsafe extern "C-unwind" fn desc(buf: pg_sys::StringInfo, record: *mut pg_sys::X
     unsafe { pg_sys::appendStringInfoString(buf, text.as_ptr()) };
 }
 
-#[cfg(not(feature = "pg14"))]
 #[pg_guard]
 unsafe extern "C-unwind" fn identify(info: u8) -> *const std::ffi::c_char {
     if info & !(pg_sys::XLR_INFO_MASK as u8) == XLOG_LEASE {

@@ -111,7 +111,7 @@ pub(crate) fn local_transaction() -> pg_sys::LocalTransactionId {
     // SAFETY: MyProc is this backend's PGPROC, set before any function can be called; the field
     // is written by this backend only.
     unsafe {
-        #[cfg(any(feature = "pg14", feature = "pg15", feature = "pg16"))]
+        #[cfg(any(feature = "pg15", feature = "pg16"))]
         return (*pg_sys::MyProc).lxid;
         #[cfg(any(feature = "pg17", feature = "pg18"))]
         return (*pg_sys::MyProc).vxid.lxid;

@@ -19,7 +19,7 @@ static PUBLISHED: AtomicU64 = AtomicU64::new(0);
 fn my_backend() -> usize {
     // SAFETY: backend globals, set at connection.
     unsafe {
-        #[cfg(any(feature = "pg14", feature = "pg15", feature = "pg16"))]
+        #[cfg(any(feature = "pg15", feature = "pg16"))]
         return (pg_sys::MyBackendId - 1) as usize;
         #[cfg(any(feature = "pg17", feature = "pg18"))]
         return pg_sys::MyProcNumber as usize;
@@ -145,7 +145,7 @@ pub fn wait_up_to(key: SlotKey, last_ms: i64) -> i64 {
 }
 
 fn virtual_transaction(draw: OpenDraw) -> pg_sys::VirtualTransactionId {
-    #[cfg(any(feature = "pg14", feature = "pg15", feature = "pg16"))]
+    #[cfg(any(feature = "pg15", feature = "pg16"))]
     return pg_sys::VirtualTransactionId {
         backendId: draw.backend as i32 + 1,
         localTransactionId: draw.transaction,

@@ -278,13 +278,6 @@ fn define_max_sequences() {
     );
 }
 
-#[cfg(feature = "pg14")]
-unsafe fn reserve_prefix() {
-    // SAFETY: a plain call with a static C string.
-    unsafe { pg_sys::EmitWarningsOnPlaceholders(c"pg_shard_id".as_ptr()) }
-}
-
-#[cfg(not(feature = "pg14"))]
 unsafe fn reserve_prefix() {
     // SAFETY: a plain call with a static C string.
     unsafe { pg_sys::MarkGUCPrefixReserved(c"pg_shard_id".as_ptr()) }

@@ -168,13 +168,8 @@ pub fn init(on_create: fn(&SlotTable)) -> bool {
     // SAFETY: _PG_init runs once per process, in the postmaster here, before any hook can run;
     // chaining to the previous hook is the documented protocol.
     unsafe {
-        #[cfg(feature = "pg14")]
-        request_shared_memory();
-        #[cfg(not(feature = "pg14"))]
-        {
-            PREV_SHMEM_REQUEST_HOOK.get_or_init(|| pg_sys::shmem_request_hook);
-            pg_sys::shmem_request_hook = Some(shmem_request);
-        }
+        PREV_SHMEM_REQUEST_HOOK.get_or_init(|| pg_sys::shmem_request_hook);
+        pg_sys::shmem_request_hook = Some(shmem_request);
         PREV_SHMEM_STARTUP_HOOK.get_or_init(|| pg_sys::shmem_startup_hook);
         pg_sys::shmem_startup_hook = Some(shmem_startup);
     }
@@ -182,7 +177,6 @@ pub fn init(on_create: fn(&SlotTable)) -> bool {
 }
 
 static PREV_SHMEM_STARTUP_HOOK: OnceLock<pg_sys::shmem_startup_hook_type> = OnceLock::new();
-#[cfg(not(feature = "pg14"))]
 static PREV_SHMEM_REQUEST_HOOK: OnceLock<pg_sys::shmem_request_hook_type> = OnceLock::new();
 
 /// The table's bytes, and room to align its start to [`SlotTable::align`] (a cache line: PostgreSQL
@@ -192,8 +186,7 @@ fn table_bytes() -> usize {
 }
 
 /// # Safety
-/// Call only where PostgreSQL allows requesting shared memory (the request hook, or `_PG_init`
-/// before PostgreSQL 15).
+/// Call only where PostgreSQL allows requesting shared memory (the request hook).
 unsafe fn request_shared_memory() {
     // SAFETY: see the function's contract.
     unsafe {
@@ -204,7 +197,6 @@ unsafe fn request_shared_memory() {
     }
 }
 
-#[cfg(not(feature = "pg14"))]
 #[pg_guard]
 unsafe extern "C-unwind" fn shmem_request() {
     // SAFETY: this is the request hook; the previous hook was saved in _PG_init.

@@ -8,7 +8,10 @@
 * the current version's install script is committed (sql/pg_shard_id--VERSION.sql; the upgrade
   test checks that it equals the generated one), and every released version reaches the current
   one through the upgrade scripts in sql/;
-* the control file takes its version from Cargo.toml.
+* the control file takes its version from Cargo.toml;
+* META.json's release_status is stable exactly when CHANGELOG.md dates the version;
+* the supported majors agree: Cargo.toml's pgNN features, the scripts' default PG_VERSIONS,
+  META.json's oldest PostgreSQL and docs/install.md's table.
 
 Prints one line per check and "release files: N passed, M failed"; exits 1 if any failed.
 """
@@ -101,6 +104,25 @@ for old, targets in sorted(upgrades.items()):
             version_key(old) < version_key(new) and new in installs,
             True,
         )
+
+# A release is dated in CHANGELOG.md exactly when META.json calls it stable (PGXN's
+# release_status): "unreleased" goes with "testing" or "unstable", a date with "stable".
+dated = re.search(rf"^## \[{re.escape(version)}\] - (\d{{4}}-\d{{2}}-\d{{2}})$", changelog, re.M)
+check("META.json's release_status agrees with CHANGELOG.md (stable exactly when dated)",
+      meta.get("release_status") == "stable", bool(dated))
+
+# The supported majors, said the same everywhere: Cargo.toml's pgNN features, the default
+# PG_VERSIONS of scripts/test.sh, package.sh and bench.sh, META.json's oldest PostgreSQL, and
+# the rows docs/install.md calls "built and tested here".
+features = sorted(int(m) for m in re.findall(r"^pg(\d+) = ", (REPO / "Cargo.toml").read_text(), re.M))
+for script in ("scripts/test.sh", "scripts/package.sh", "scripts/bench.sh"):
+    defaults = re.findall(r"PG_VERSIONS:-([\d ]+)\}", (REPO / script).read_text())
+    check(f"{script}'s default PG_VERSIONS are Cargo.toml's pgNN features",
+          sorted({tuple(sorted(int(v) for v in d.split())) for d in defaults}), [tuple(features)])
+oldest = meta.get("prereqs", {}).get("runtime", {}).get("requires", {}).get("PostgreSQL", "")
+check("META.json's oldest PostgreSQL is the oldest feature", oldest, f"{features[0]}.0.0" if features else None)
+tested = sorted(int(m) for m in re.findall(r"^\| (\d+) \| built and tested here", (REPO / "docs/install.md").read_text(), re.M))
+check("docs/install.md's tested majors are Cargo.toml's pgNN features", tested, features)
 
 print(f"\nrelease files: {passed} passed, {failed} failed")
 sys.exit(1 if failed else 0)
