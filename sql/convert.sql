@@ -647,7 +647,9 @@ BEGIN
                                                     format('%s inherits from %s: an UPDATE or ALTER TABLE of the parent reaches it', x.child, x.parent), false);
             END LOOP;
             FOR x IN SELECT a.attrelid::regclass AS rel, a.attname FROM pg_attribute a
-                      WHERE a.atttypid = c.reltype AND a.attnum > 0 AND NOT a.attisdropped LOOP
+                      -- (an array of it too: PostgreSQL refuses the new column then as well)
+                      WHERE a.atttypid IN (c.reltype, (SELECT t.typarray FROM pg_type t WHERE t.oid = c.reltype))
+                        AND a.attnum > 0 AND NOT a.attisdropped LOOP
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'row type used', format('column %s.%I', x.rel, x.attname), 'refuse', NULL, NULL,
                                                     format('its type is the row type of %s, and PostgreSQL adds no column to a table whose row type a column uses', c.rel), false);
             END LOOP;
@@ -733,11 +735,13 @@ BEGIN
                     format('the conversion of %s, in progress, moves a column of %s too: finish (or abandon) it first', x.other, x.top), false);
     END LOOP;
     -- a CHECK that takes the whole row (CHECK (f(t))): its conkey is {0}, which no column's
-    -- dependents show, and whether new ids satisfy it cannot be tried (the ninth review)
+    -- dependents show, and whether new ids satisfy it cannot be tried (the ninth review). Listed
+    -- after the prepare too: one added since passed the swap, and a writer's row then failed it
+    -- (f read the new id: the fifteenth review)
     FOR x IN SELECT DISTINCT con.conname, con.conrelid::regclass AS rel, pg_get_constraintdef(con.oid) AS def
                FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
                JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND 0 = ANY (con.conkey) AND con.conislocal
-              WHERE NOT prepared LOOP
+              LOOP
         steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint of the whole row', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
                     format('ALTER TABLE %s DROP CONSTRAINT %I', x.rel, x.conname),
                     format('%s takes the whole row, key included: whether the new ids satisfy it cannot be tried here; drop it, convert, add it again', x.def), false);
@@ -755,7 +759,9 @@ BEGIN
                 AND NOT EXISTS (SELECT FROM pg_inherits h WHERE h.inhrelid = i.indexrelid)
               ORDER BY 1 LOOP
         steps := steps || _pg_shard_id.step(0, 'prepare', 'index of the whole row', format('index %s on %s', x.idx, x.rel), 'refuse', NULL,
-                    format('DROP INDEX %s', x.idx),
+                    coalesce((SELECT format('ALTER TABLE %s DROP CONSTRAINT %I', x.rel, con.conname) FROM pg_constraint con
+                               WHERE con.conindid = x.idx AND con.conrelid = x.rel),  -- (an exclusion constraint's)
+                             format('DROP INDEX %s', x.idx)),
                     format('%s takes the whole row of %s in its expression or predicate: after the swap it would hold what it computed from the old values; drop it, convert, create it again',
                            pg_get_indexdef(x.idx), x.rel), false);
     END LOOP;
@@ -2173,7 +2179,15 @@ LANGUAGE plpgsql AS $$
 -- for the user's triggers, when they fire)
 BEGIN
     IF _pg_shard_id.convert_arguments(tbl, batch_rows) THEN
-        WHILE _pg_shard_id.convert_step(tbl, batch_rows, pg_catalog.current_setting('search_path')) LOOP
+        -- Every batch READ COMMITTED, as the finish's steps: under REPEATABLE READ (a role's or
+        -- database's default_transaction_isolation) a batch whose UPDATE waited for a writer's
+        -- row failed with 40001 once the writer committed (the fifteenth review)
+        IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+            COMMIT;
+        END IF;
+        LOOP
+            SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+            EXIT WHEN NOT _pg_shard_id.convert_step(tbl, batch_rows, pg_catalog.current_setting('search_path'));
             COMMIT;
         END LOOP;
     END IF;
@@ -2276,16 +2290,17 @@ $$;
 -- snapshots' xmin, checked again on every pass, not by a list of transactions taken once: a
 -- snapshot exported by an old transaction and imported by a new one (SET TRANSACTION SNAPSHOT, a
 -- logical replication slot's exported snapshot) carries the old xmin (the twelfth review).
--- Walsenders count too: a standby's hot_standby_feedback is its queries' xmin. SECURITY DEFINER:
--- pg_stat_activity shows other roles' xmin only to superusers and pg_read_all_stats; it reads
--- nothing else, and says only pids.
+-- Walsenders count too: a standby's hot_standby_feedback is its queries' xmin (in its physical
+-- slot's xmin when it streams through one). SECURITY DEFINER: pg_stat_activity shows other
+-- roles' backend_type only to superusers and pg_read_all_stats; it says only pids, backend
+-- types, slot names and the xids any role sees there.
 CREATE FUNCTION _pg_shard_id.wait_for_older_transactions(tbl regclass) RETURNS void
 LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     horizon xid8 := pg_snapshot_xmax(pg_current_snapshot());
+    horizon32 xid := (horizon::text::bigint % 4294967296)::text::xid;
     deadline timestamptz := clock_timestamp() + interval '10 s';
     left_ text;
-    oldest integer;  -- the age of the oldest snapshot waited for
     holders text;
 BEGIN
     LOOP
@@ -2293,30 +2308,38 @@ BEGIN
         -- this, every pass saw the first pass's sessions, and a snapshot that ended during the
         -- wait failed the finish after 10 s all the same: the thirteenth review)
         PERFORM pg_stat_clear_snapshot();
-        SELECT string_agg(format('pid %s (%s)', a.pid, a.backend_type), ', ' ORDER BY a.pid), max(age(a.backend_xmin))
-          INTO left_, oldest
-          FROM pg_stat_activity a
-         WHERE a.pid <> pg_backend_pid() AND a.backend_xmin IS NOT NULL
-           AND (a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()) OR a.backend_type = 'walsender')
-           AND a.backend_type <> 'autovacuum worker'
-           -- (older: a larger age; the horizon as a 32-bit xid, as backend_xmin is)
-           AND age(a.backend_xmin) > age((horizon::text::bigint % 4294967296)::text::xid);
+        SELECT string_agg(o.what, ', ' ORDER BY o.what) INTO left_
+          FROM (SELECT format('pid %s (%s)', a.pid, a.backend_type) AS what
+                  FROM pg_stat_activity a
+                 WHERE a.pid <> pg_backend_pid() AND a.backend_xmin IS NOT NULL
+                   AND (a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()) OR a.backend_type = 'walsender')
+                   AND a.backend_type <> 'autovacuum worker'
+                   -- (older: a larger age; the horizon as a 32-bit xid, as backend_xmin is)
+                   AND age(a.backend_xmin) > age(horizon32)
+                UNION ALL
+                -- a standby streaming through a physical slot reports its queries' xmin
+                -- (hot_standby_feedback) into the slot, not into its walsender's backend_xmin
+                -- (the fifteenth review)
+                SELECT format('the standby of replication slot %I', s.slot_name)
+                  FROM pg_replication_slots s
+                 WHERE s.slot_type = 'physical' AND s.active AND s.xmin IS NOT NULL AND age(s.xmin) > age(horizon32)) o;
         EXIT WHEN left_ IS NULL;
         IF clock_timestamp() > deadline THEN
-            -- a transaction that holds a transaction id (a prepared one, an idle writer) holds
-            -- every newer snapshot's xmin back to it: the sessions named are then not old, it is
-            -- (the thirteenth review)
+            -- a transaction that holds a transaction id older than the horizon (a prepared one,
+            -- an idle writer) holds every newer snapshot's xmin back to it: the sessions named
+            -- are then not old, it is (the thirteenth review; every such one, not only the
+            -- oldest: the fifteenth). Their xids, as pg_stat_activity shows any role
             SELECT string_agg(h.what, ', ' ORDER BY h.what) INTO holders
               FROM (SELECT format('prepared transaction %L (xid %s)', p.gid, p.transaction) AS what
-                      FROM pg_prepared_xacts p WHERE age(p.transaction) >= oldest
+                      FROM pg_prepared_xacts p WHERE age(p.transaction) > age(horizon32)
                     UNION ALL
-                    SELECT format('pid %s (xid %s, %s)', a.pid, a.backend_xid, a.state)
+                    SELECT format('pid %s (xid %s)', a.pid, a.backend_xid)
                       FROM pg_stat_activity a
-                     WHERE a.pid <> pg_backend_pid() AND a.backend_xid IS NOT NULL AND age(a.backend_xid) >= oldest) h;
+                     WHERE a.pid <> pg_backend_pid() AND a.backend_xid IS NOT NULL AND age(a.backend_xid) > age(horizon32)) h;
             RAISE EXCEPTION 'pg_shard_id: the swap of % waited 10 s for snapshots older than it: %', tbl, left_
                 USING ERRCODE = '55P03',
-                      DETAIL = CASE WHEN holders IS NOT NULL
-                                    THEN 'These transactions hold a transaction id as old as those snapshots, and with it every newer snapshot''s xmin: ' || holders END,
+                      DETAIL = coalesce('These transactions hold a transaction id older than the swap, and with it every newer snapshot''s xmin: ' || holders,
+                                        'No prepared transaction or writer holds them back: those sessions hold the snapshots themselves.'),
                       HINT = format('A snapshot taken before the batches would read the key as NULL after the swap. End those transactions (an idle one: its application commits; a prepared one: COMMIT PREPARED or ROLLBACK PREPARED; a standby query: hot_standby_feedback), then CALL shard_id_convert_finish(%L) again: nothing of this step was done.', tbl::text);
         END IF;
         PERFORM pg_sleep(0.05);
@@ -2360,7 +2383,17 @@ CREATE PROCEDURE shard_id_convert_finish(tbl regclass)
 LANGUAGE plpgsql AS $$
 -- (no SET clause: a procedure with one cannot COMMIT; see shard_id_convert)
 BEGIN
-    WHILE _pg_shard_id.finish_step(tbl, pg_catalog.current_setting('search_path')) LOOP
+    -- Every step READ COMMITTED: the swap waits, then locks, then reads the catalog and the rows
+    -- again, and each statement must see what committed until then. Under REPEATABLE READ (a
+    -- default_transaction_isolation of the role or database) they read the snapshot taken before
+    -- the wait: an index of the whole row or a foreign key made meanwhile got past the checks
+    -- under the locks (the fifteenth review). A caller's transaction of another level ends first.
+    IF pg_catalog.current_setting('transaction_isolation') OPERATOR(pg_catalog.<>) 'read committed' THEN
+        COMMIT;
+    END IF;
+    LOOP
+        SET TRANSACTION ISOLATION LEVEL READ COMMITTED;
+        EXIT WHEN NOT _pg_shard_id.finish_step(tbl, pg_catalog.current_setting('search_path'));
         COMMIT;
     END LOOP;
 END $$;

@@ -12,7 +12,7 @@ import time
 import psycopg
 import pytest
 
-from pgcluster import Cluster
+from pgcluster import Cluster, wait_for
 from test_convert_schema import base_schema, convert, one, prepare, role
 
 
@@ -712,45 +712,150 @@ def test_a_prepared_transaction_that_holds_the_wait_is_named(cluster, db):
         assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
 
 
-def test_a_foreign_key_added_while_the_finish_waits_stops_the_swap(cluster, db):
+CHANGES_DURING_THE_WAIT = {
+    "foreign key": ("ALTER TABLE late ADD FOREIGN KEY (purchase_id) REFERENCES purchases",
+                    "55000", "was added after its prepare", "late.purchase_id",
+                    "ALTER TABLE late DROP CONSTRAINT late_purchase_id_fkey"),
+    "index of the whole row": ("CREATE INDEX purchases_code ON purchases (purchase_code(purchases))",
+                               "0A000", "would not follow the new key", "purchases_code",
+                               "DROP INDEX purchases_code"),
+}
+
+
+@pytest.mark.parametrize("isolation", ["read committed", "repeatable read"])
+@pytest.mark.parametrize("change", sorted(CHANGES_DURING_THE_WAIT))
+def test_what_is_made_while_the_finish_waits_stops_the_swap(cluster, db, change, isolation):
     """On 359ad0a the finish checked for foreign keys added after the prepare before it waited
     for older snapshots and took its locks: one committed during the wait got past, and the swap
-    failed on it (the fourteenth review). The swap checks again under its locks: 55000 naming it,
-    nothing done; dropped, the finish swaps."""
+    failed on it (the fourteenth review). The swap checks again under its locks, and (the
+    fifteenth review) in a transaction of its own at READ COMMITTED: under a REPEATABLE READ
+    default_transaction_isolation its checks read the snapshot taken before the wait, and an index
+    of the whole row made meanwhile went through the swap with the old keys' values (on 104bb2f).
+    Refused, naming it, nothing done; dropped, the finish swaps."""
+    statement, sqlstate, message, named, way_out = CHANGES_DURING_THE_WAIT[change]
     with cluster.connect(db) as conn, cluster.connect(db) as old, cluster.connect(db) as deploy:
-        conn.autocommit = True
-        deploy.autocommit = True
         base_schema(conn)
         prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        for (index,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(index)
         conn.execute("CREATE TABLE late (id bigserial PRIMARY KEY, purchase_id bigint)")
+        conn.execute("CREATE FUNCTION purchase_code(p purchases) RETURNS text LANGUAGE sql IMMUTABLE "
+                     "AS $$ SELECT p.id::text || '-' || p.item $$")
         conn.execute("CALL shard_id_convert('purchases', 700)")
         old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         old.execute("SELECT 1")
         outcome = {}
 
         def finish():
-            with cluster.connect(db) as f:
-                f.autocommit = True
+            # (libpq's options split on spaces unless escaped)
+            with cluster.connect(db, options="-c default_transaction_isolation=" + isolation.replace(" ", "\\ ")) as f:
                 try:
                     f.execute("CALL shard_id_convert_finish('purchases')")
-                    outcome["finish"] = "done"
+                    outcome["finish"] = ("done", "", "")
                 except psycopg.Error as e:
-                    outcome["finish"] = (e.sqlstate, str(e), e.diag.message_detail)
+                    outcome["finish"] = (e.sqlstate, str(e), e.diag.message_detail or "")
         waiting = threading.Thread(target=finish)
         waiting.start()
         time.sleep(1)  # (the finish is waiting for the old snapshot)
-        deploy.execute("ALTER TABLE late ADD FOREIGN KEY (purchase_id) REFERENCES purchases")
+        deploy.execute(statement)
         old.execute("COMMIT")
         waiting.join()
-        assert outcome["finish"][0] == "55000", outcome
-        assert "was added after its prepare" in outcome["finish"][1], outcome
-        assert "late.purchase_id" in outcome["finish"][2], outcome
+        assert outcome["finish"][0] == sqlstate, outcome
+        assert message in outcome["finish"][1], outcome
+        assert named in outcome["finish"][2], outcome
         assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "filled"
-        conn.execute("ALTER TABLE late DROP CONSTRAINT late_purchase_id_fkey")
+        conn.execute(way_out)
         conn.execute("CALL shard_id_convert_finish('purchases')")
         assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+
+
+def test_a_check_of_the_whole_row_added_after_the_prepare_stops_the_swap(cluster, db):
+    """On 104bb2f a CHECK of the whole row was refused only before the prepare: one added after
+    it passed the swap, and then an update of a row failed it, the function reading the new id
+    (the fifteenth review). The swap refuses it, nothing done."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        conn.execute("CREATE FUNCTION small(p purchases) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$ SELECT p.id < 1000000 $$")
+        conn.execute("ALTER TABLE purchases ADD CONSTRAINT small_ids CHECK (small(purchases))")
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert "small_ids" in refused.value.diag.message_detail, refused.value.diag.message_detail
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "filled"
+        conn.execute("ALTER TABLE purchases DROP CONSTRAINT small_ids")
+        conn.execute("CALL shard_id_convert_finish('purchases')")
+        conn.execute("UPDATE purchases SET item = 'updated' WHERE item = 'item 1'")
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+
+
+def test_a_batch_that_waits_for_a_writer_under_repeatable_read_goes_on(cluster, db):
+    """On 104bb2f the batches ran at the caller's isolation level: under a REPEATABLE READ
+    default_transaction_isolation, a batch whose UPDATE waited for a writer's row failed with
+    40001 once the writer committed (the fifteenth review). Each batch is READ COMMITTED now."""
+    with cluster.connect(db) as conn, cluster.connect(db) as writer:
+        base_schema(conn)
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        writer.execute("BEGIN")
+        writer.execute("UPDATE purchases SET item = 'held' WHERE item = 'item 1'")
+        outcome = {}
+
+        def batches():
+            with cluster.connect(db, options="-c default_transaction_isolation=repeatable\\ read") as b:
+                try:
+                    b.execute("CALL shard_id_convert('purchases', 5000)")
+                    outcome["convert"] = "done"
+                except psycopg.Error as e:
+                    outcome["convert"] = f"{e.sqlstate}: {e}"
+        converting = threading.Thread(target=batches)
+        converting.start()
+        # until the batch waits for the writer's row, then the writer commits
+        assert wait_for(lambda: one(conn, "SELECT count(*) FROM pg_stat_activity WHERE wait_event_type = 'Lock' "
+                                          "AND query LIKE 'CALL shard_id_convert(%'") == 1, timeout=5)
+        writer.execute("COMMIT")
+        converting.join()
+        assert outcome["convert"] == "done", outcome
+        assert one(conn, "SELECT count(*) FROM purchases WHERE shard_id IS NULL") == 0
+
+
+def test_a_standby_streaming_through_a_slot_holds_the_swap_for_its_older_snapshots(cluster, db):
+    """On 104bb2f the wait for older snapshots read the walsenders' backend_xmin, which a standby
+    streaming through a physical replication slot leaves empty (its hot_standby_feedback goes into
+    the slot's xmin): a REPEATABLE READ query on the standby that began before the batches got past
+    the wait, and read the keys as NULL after the swap (the fifteenth review). The slot's xmin is
+    waited for now, and the 55P03 names the slot."""
+    slot = (db + "_slot")[-60:]
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        prepare(conn)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        conn.execute("SELECT pg_create_physical_replication_slot(%s)", (slot,))
+    standby = Cluster("convert_finishes_standby", standby_of=cluster,
+                      conf=[f"primary_slot_name = '{slot}'", "hot_standby_feedback = on", "wal_receiver_status_interval = 1"])
+    try:
+        with cluster.connect(db) as conn, standby.connect(db) as query:
+            query.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+            query.execute("SELECT count(*) FROM purchases")  # (its snapshot: before the batches)
+            assert wait_for(lambda: one(conn, "SELECT xmin IS NOT NULL FROM pg_replication_slots WHERE slot_name = %s",
+                                        (slot,)), timeout=20)
+            assert one(conn, "SELECT backend_xmin IS NULL FROM pg_stat_activity WHERE backend_type = 'walsender'")
+            conn.execute("CALL shard_id_convert('purchases', 700)")
+            with pytest.raises(psycopg.errors.LockNotAvailable) as waited:
+                conn.execute("CALL shard_id_convert_finish('purchases')")
+            assert f"the standby of replication slot {slot}" in str(waited.value), str(waited.value)
+            assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "filled"
+            assert one(query, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
+            query.execute("COMMIT")
+    finally:
+        standby.destroy()
+        with cluster.connect(db) as conn:
+            wait_for(lambda: not one(conn, "SELECT active FROM pg_replication_slots WHERE slot_name = %s", (slot,)))
+            conn.execute("SELECT pg_drop_replication_slot(%s)", (slot,))
 
 
 def test_abandoning_after_a_foreign_key_was_added_goes_on(cluster, db):
@@ -766,3 +871,13 @@ def test_abandoning_after_a_foreign_key_was_added_goes_on(cluster, db):
         assert "shard_id" not in columns(conn, "purchases") and "shard_id" not in columns(conn, "purchase_lines")
         assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 0
         assert one(conn, "SELECT count(*) FROM pg_constraint WHERE conname = 'late_purchase_id_fkey'") == 1
+
+
+def test_a_column_of_an_array_of_the_row_type_is_refused_by_the_plan(cluster, db):
+    """On 104bb2f the plan accepted a table whose row type's array is a column's type elsewhere,
+    and the prepare failed on its new column (PostgreSQL refuses to add one then: the fifteenth
+    review). The plan and the prepare refuse it alike, naming the column."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("CREATE TABLE snapshots (taken timestamptz, rows purchases[])")
+        refused_before_anything_changed(conn, "row type used", "snapshots")
