@@ -98,7 +98,7 @@ ensure_setup() {
     local sudo=""
     [ "$(id -u)" = 0 ] || sudo="sudo"
     local pkgs=(postgresql-15 postgresql-server-dev-15 libclang-dev clang sudo python3 python3-pip python3-venv unzip faketime valgrind flex libkrb5-dev
-        libpq-dev openjdk-17-jdk-headless libpostgresql-jdbc-java libhibernate3-java libcglib-java)
+        libpq-dev patchelf openjdk-17-jdk-headless libpostgresql-jdbc-java libhibernate3-java libcglib-java)
     local missing=()
     # the client tests (tests/clients) need Node.js 18+ and npm; any install of them will do
     command -v node >/dev/null && command -v npm >/dev/null || missing+=(nodejs npm)

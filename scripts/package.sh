@@ -1,12 +1,14 @@
 #!/usr/bin/env bash
-# Builds the release packages into target/packages/ (not committed):
-#   PostgreSQL 15 (Debian's): postgresql-15-pg-shard-id_VERSION_amd64.deb
-#       installs into Debian's own paths; Depends on postgresql-15 and the glibc the library needs.
-#   PostgreSQL 16, 17 and 18 (the relocatable builds from the wheels, see lib.sh):
-#       pg_shard_id-VERSION-pgNN-linux-x86_64.tar.gz with lib/ and extension/ inside, to install
-#       into `pg_config --pkglibdir` and `pg_config --sharedir`/extension (INSTALL.txt inside says so).
-#       No .deb for them: Debian 12 has no postgresql-16, -17 or -18 package here for one to depend
-#       on and install into, so such a .deb could be neither installed as a user would nor tested.
+# Builds the release packages into target/packages/ (not committed), for each major:
+#   postgresql-NN-pg-shard-id_VERSION_amd64.deb, named and laid out as the PostgreSQL apt
+#       repository's (apt.postgresql.org) and Debian's extension packages are: the library in
+#       /usr/lib/postgresql/NN/lib, the control file and scripts in /usr/share/postgresql/NN/extension;
+#       Depends on postgresql-NN and the glibc the library needs. Built against this machine's
+#       server of that major (Debian's 15; the relocatable builds of the wheels for 16-18, see
+#       lib.sh: the same major's ABI), tested by tests/package/run.sh in that layout;
+#   pg_shard_id-VERSION-pgNN-linux-x86_64.tar.gz with lib/ and extension/ inside, for any other
+#       layout: into `pg_config --pkglibdir` and `pg_config --sharedir`/extension of that major's
+#       pg_config (INSTALL.txt inside says so);
 #   The SQL edition (any PostgreSQL 15+, no library; issue 56):
 #       pg_shard_id_sql-VERSION.tar.gz with scripts/sql_edition.sh's four files (the plain script,
 #       the pg_tle installer, the extension script and its control file) and a SHA256SUMS.
@@ -16,7 +18,8 @@
 # restart anything (README "Install from a package" says what to do).
 #
 # Usage: scripts/package.sh [MAJOR...]   (default: $PG_VERSIONS, or "15 16 17 18")
-# Prints the path of each package it built, one per line, last.
+# Writes SHA256SUMS beside them (every package in target/packages/). Prints the path of each
+# package it built, one per line, last.
 source "$(dirname "$0")/lib.sh"
 cd "$REPO"
 
@@ -36,11 +39,15 @@ glibc_needed() {
     objdump -T "$1" | grep -o 'GLIBC_[0-9.]*' | sed 's/GLIBC_//' | sort -V | tail -1
 }
 
+# build_deb MAJOR TREE: the .deb of the files package_tree put in TREE, in the apt layout
 build_deb() {
-    local major="$1" stage="$RUN_DIR/package-$1"
+    local major="$1" tree="$2" stage="$RUN_DIR/deb-$1"
     local name="postgresql-$major-pg-shard-id"
-    package_tree "$major" "$stage"
-    local lib="$stage$("$PG_CONFIG" --pkglibdir)/pg_shard_id.so"
+    local lib="$stage/usr/lib/postgresql/$major/lib/pg_shard_id.so"
+    rm -rf "$stage"
+    mkdir -p "$(dirname "$lib")" "$stage/usr/share/postgresql/$major/extension"
+    cp "$tree$("$PG_CONFIG" --pkglibdir)/pg_shard_id.so" "$lib"
+    cp "$tree$("$PG_CONFIG" --sharedir)"/extension/pg_shard_id* "$stage/usr/share/postgresql/$major/extension/"
     strip --strip-unneeded "$lib"
     mkdir -p "$stage/DEBIAN" "$stage/usr/share/doc/$name"
     cp LICENSE "$stage/usr/share/doc/$name/copyright"
@@ -71,10 +78,10 @@ EOF
     echo "$deb"
 }
 
+# build_tarball MAJOR TREE: the tarball of the files package_tree put in TREE
 build_tarball() {
-    local major="$1" stage="$RUN_DIR/package-$1"
+    local major="$1" stage="$2"
     local name="pg_shard_id-$EXTENSION_VERSION-pg$major-linux-x86_64"
-    package_tree "$major" "$stage"
     local tree="$RUN_DIR/$name"
     rm -rf "$tree"
     mkdir -p "$tree/lib" "$tree/extension"
@@ -124,10 +131,8 @@ built+=("$OUT/$sql_name.tar.gz")
 for major in "${majors[@]}"; do
     select_pg "$major"
     say "packaging pg_shard_id $EXTENSION_VERSION for PostgreSQL $major"
-    if [ "$PG_BIN" = "/usr/lib/postgresql/$major/bin" ]; then
-        built+=("$(build_deb "$major")")
-    else
-        built+=("$(build_tarball "$major")")
-    fi
+    package_tree "$major" "$RUN_DIR/package-$major"
+    built+=("$(build_tarball "$major" "$RUN_DIR/package-$major")" "$(build_deb "$major" "$RUN_DIR/package-$major")")
 done
+(cd "$OUT" && sha256sum -- *.deb *.tar.gz >SHA256SUMS)
 printf '%s\n' "${built[@]}"
