@@ -940,12 +940,15 @@ BEGIN
                     'a NOT VALID CHECK or NOT NULL: the conversion updates every row, and PostgreSQL checks it on each; a row that breaks it would stop the batches. Validate it (or fix the rows, or drop it) first', false);
     END LOOP;
     -- a CHECK on a moved column alone that its new values do not satisfy (id < 2^31): tried on two
-    -- new ids, and on a referencing column on the placeholder a writer may put there (-2)
+    -- new ids, and on a referencing column on the placeholder a writer may put there (-2). This
+    -- and the next are listed after the prepare too: one added since would be carried as a twin,
+    -- which the finish adds NOT VALID and PostgreSQL then enforces on every writer (every insert
+    -- failed id < 2^31: the sixteenth review); the finish refuses before it adds any twin
     FOR x IN SELECT con.oid, con.conname, con.conrelid::regclass AS rel, pg_get_expr(con.conbin, con.conrelid) AS expr,
                     cc.old_column, cc.role
                FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
                JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND con.conkey = ARRAY[cc.old_attnum]
-              WHERE NOT prepared LOOP
+              LOOP
         DECLARE
             sample bigint;
             ok boolean;
@@ -972,7 +975,9 @@ BEGIN
                FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
                JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND cc.old_attnum = ANY (con.conkey)
                                      AND cardinality(con.conkey) > 1 AND con.conislocal
-              WHERE NOT prepared LOOP
+                                     -- (not the conversion's own, on the old and new columns)
+                                     AND NOT coalesce(cc.new_attnum = ANY (con.conkey), false)
+              LOOP
         -- (on the key: whether new ids satisfy it depends on the other columns, of the rows there
         -- and of rows to come: CHECK (kind <> 'legacy' OR id < 100000) would stop the twin's
         -- validation, and every writer of a 'legacy' row from the finish's CHECK on: the eighth
@@ -2082,6 +2087,17 @@ BEGIN
     -- each referencing table, then the table (the swap's order, and writers'), for the catalog
     -- changes only
     PERFORM _pg_shard_id.lock_tables((SELECT i.statement FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'swap' AND i.action = 'lock'));
+    -- (again under the locks: a finish that held them may have swapped meanwhile, and abandoning
+    -- then deleted the record of a finished conversion, its foreign keys left NOT VALID: the
+    -- sixteenth review)
+    IF (SELECT c.phase FROM _pg_shard_id.conversions c WHERE c.relid = tbl) IS DISTINCT FROM state.phase THEN
+        RAISE EXCEPTION 'pg_shard_id: the conversion of % changed while abandoning it waited for its locks (now %)', tbl,
+                        coalesce((SELECT c.phase FROM _pg_shard_id.conversions c WHERE c.relid = tbl), 'gone')
+            USING ERRCODE = '55000', HINT = 'Nothing was changed: SELECT * FROM shard_id_conversions says where it is.';
+    END IF;
+    -- an index of the whole row made since the prepare: DROP COLUMN keeps it, built over rows
+    -- that had the new column, and index scans would miss rows (the sixteenth review)
+    PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.kind = 'index of the whole row'));
     FOR x IN SELECT t.tgname, t.tgrelid::regclass AS rel FROM pg_trigger t
               WHERE t.tgfoid IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure,
                                  '_pg_shard_id.conversion_note_deleted()'::regprocedure)
@@ -2378,6 +2394,7 @@ CREATE FUNCTION _pg_shard_id.finish_step(tbl regclass, caller_path text) RETURNS
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' AS $$
 DECLARE
     state _pg_shard_id.conversions;
+    plan _pg_shard_id.conversion_step[];
     step _pg_shard_id.conversion_step;
     sweep record;
 BEGIN
@@ -2388,7 +2405,13 @@ BEGIN
     END IF;
     IF state.phase = 'filled' THEN
         PERFORM _pg_shard_id.refuse_changed(tbl);
-        SELECT * INTO step FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'finish' AND NOT i.done ORDER BY i.ord LIMIT 1;
+        -- what was made since the prepare and cannot follow, before any step (a CHECK's twin
+        -- added NOT VALID is enforced on writers at once: the sixteenth review); the swap asks
+        -- again under its locks
+        plan := ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i);
+        PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT p FROM unnest(plan) p WHERE p.action = 'refuse'
+                                                 AND p.kind NOT IN ('user trigger or rule fired by the batches', 'publication membership')));
+        SELECT * INTO step FROM unnest(plan) i WHERE i.phase = 'finish' AND NOT i.done ORDER BY i.ord LIMIT 1;
         IF step.ord IS NOT NULL THEN
             IF step.action = 'check' THEN
                 -- what transactions in flight when a CHECK was added left without an id: the
@@ -2419,7 +2442,7 @@ EXCEPTION WHEN deadlock_detected THEN
 WHEN lock_not_available THEN
     -- (the wait for older snapshots says what it waited for itself, not a lock: the thirteenth
     -- review)
-    IF position('waited 10 s for snapshots older than it' in SQLERRM) > 0 THEN
+    IF position(' s for snapshots older than it: ' in SQLERRM) > 0 THEN
         RAISE;
     END IF;
     -- a step waits at most 10 s for its lock (behind it, every writer of the table would wait
@@ -2445,8 +2468,9 @@ $$;
 -- (lock_timeout 10 s), then the inventory read again under the locks (an object made since the
 -- prepare is carried too, or refused), every twin checked, and its swap steps run in order.
 -- Waits until no other session of this database holds a snapshot older than now (its xmin: the
--- oldest transaction running when it was taken), 10 s at most (55P03, naming them), before the
--- swap takes its locks, as CREATE INDEX CONCURRENTLY waits for older snapshots. The swap renames
+-- oldest transaction running when it was taken), 10 s at most (20 s for standbys; 55P03, naming
+-- them), before the swap takes its locks, as CREATE INDEX CONCURRENTLY waits for older
+-- snapshots. The swap renames
 -- the new column into the key's place, a catalog change every snapshot sees at once, while a
 -- snapshot taken before the batches filled a row still sees that row's version without a new id:
 -- read through it after the swap, the key was NULL, and a REPEATABLE READ transaction that took
@@ -2463,8 +2487,10 @@ LANGUAGE plpgsql VOLATILE STRICT SECURITY DEFINER SET search_path = pg_catalog, 
 DECLARE
     horizon xid8 := pg_snapshot_xmax(pg_current_snapshot());
     horizon32 xid := (horizon::text::bigint % 4294967296)::text::xid;
-    deadline timestamptz := clock_timestamp() + interval '10 s';
+    started timestamptz := clock_timestamp();
     left_ text;
+    only_standbys boolean;
+    limit_s integer;
     holders text;
 BEGIN
     LOOP
@@ -2472,8 +2498,8 @@ BEGIN
         -- this, every pass saw the first pass's sessions, and a snapshot that ended during the
         -- wait failed the finish after 10 s all the same: the thirteenth review)
         PERFORM pg_stat_clear_snapshot();
-        SELECT string_agg(o.what, ', ' ORDER BY o.what) INTO left_
-          FROM (SELECT format('pid %s (%s)', a.pid, a.backend_type) AS what
+        SELECT string_agg(o.what, ', ' ORDER BY o.what), bool_and(o.standby) INTO left_, only_standbys
+          FROM (SELECT format('pid %s (%s)', a.pid, a.backend_type) AS what, a.backend_type = 'walsender' AS standby
                   FROM pg_stat_activity a
                  WHERE a.pid <> pg_backend_pid() AND a.backend_xmin IS NOT NULL
                    AND (a.datid = (SELECT oid FROM pg_database WHERE datname = current_database()) OR a.backend_type = 'walsender')
@@ -2484,11 +2510,15 @@ BEGIN
                 -- a standby streaming through a physical slot reports its queries' xmin
                 -- (hot_standby_feedback) into the slot, not into its walsender's backend_xmin
                 -- (the fifteenth review)
-                SELECT format('the standby of replication slot %I', s.slot_name)
+                SELECT format('the standby of replication slot %I', s.slot_name), true
                   FROM pg_replication_slots s
                  WHERE s.slot_type = 'physical' AND s.active AND s.xmin IS NOT NULL AND age(s.xmin) > age(horizon32)) o;
         EXIT WHEN left_ IS NULL;
-        IF clock_timestamp() > deadline THEN
+        -- 10 s; 20 s while only standbys are left: a standby's xmin moves only when its feedback
+        -- comes, every wal_receiver_status_interval (10 s by default), so a healthy one needs up
+        -- to that long to show it has replayed past the swap (the sixteenth review)
+        limit_s := CASE WHEN only_standbys THEN 20 ELSE 10 END;
+        IF clock_timestamp() > started + make_interval(secs => limit_s) THEN
             -- a transaction that holds a transaction id older than the horizon (a prepared one,
             -- an idle writer) holds every newer snapshot's xmin back to it: the sessions named
             -- are then not old, it is (the thirteenth review; every such one, not only the
@@ -2500,10 +2530,11 @@ BEGIN
                     SELECT format('pid %s (xid %s)', a.pid, a.backend_xid)
                       FROM pg_stat_activity a
                      WHERE a.pid <> pg_backend_pid() AND a.backend_xid IS NOT NULL AND age(a.backend_xid) > age(horizon32)) h;
-            RAISE EXCEPTION 'pg_shard_id: the swap of % waited 10 s for snapshots older than it: %', tbl, left_
+            RAISE EXCEPTION 'pg_shard_id: the swap of % waited % s for snapshots older than it: %', tbl, limit_s, left_
                 USING ERRCODE = '55P03',
                       DETAIL = coalesce('These transactions hold a transaction id older than the swap, and with it every newer snapshot''s xmin: ' || holders,
-                                        'No prepared transaction or writer holds them back: those sessions hold the snapshots themselves.'),
+                                        'No prepared transaction or writer holds them back: those sessions hold the snapshots themselves')
+                               || CASE WHEN only_standbys THEN ' (a standby reports its oldest query''s xmin every wal_receiver_status_interval: a long query there, or a standby that lags or delays its replay)' ELSE '' END || '.',
                       HINT = format('A snapshot taken before the batches would read the key as NULL after the swap. End those transactions (an idle one: its application commits; a prepared one: COMMIT PREPARED or ROLLBACK PREPARED; a standby query: hot_standby_feedback), then CALL shard_id_convert_finish(%L) again: nothing of this step was done.', tbl::text);
         END IF;
         PERFORM pg_sleep(0.05);
