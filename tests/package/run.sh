@@ -171,7 +171,7 @@ check "deb: apt-get remove removes it" \
     "$(dpkg-query -W -f='${Status}' "$DEB_NAME" 2>/dev/null | grep -c ' installed$' || true)" 0
 check "deb: no file is left behind" "$(installed_files | wc -l)" 0
 check "deb: the other majors' files are as they were ($(grep -c . <<<"$others_before" || true) files, by sha256)" \
-    "$(other_majors | sha256sum | cut -c1-16)" "$(sha256sum <<<"$others_before" | cut -c1-16)"
+    "$(sha256sum <<<"$(other_majors)" | cut -c1-16)" "$(sha256sum <<<"$others_before" | cut -c1-16)"
 
 # The tarball, for other layouts: its INSTALL.txt steps, run as written, into the same server
 tmp="$RUN_DIR/tarball"
