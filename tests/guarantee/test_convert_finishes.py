@@ -117,9 +117,7 @@ def test_abandoning_a_prepared_conversion_leaves_the_table_as_it_was(cluster, db
                     conn.execute("SELECT sum(id), count(*) FROM purchases").fetchone())
         before = shape()
         # prepared, indexes built, half the batches, the finish's CHECKs added
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         conn.execute("CALL shard_id_convert('purchases', 700)")
         conn.execute("SELECT _pg_shard_id.finish_step('purchases', 'public')")
         assert shape() != before
@@ -291,6 +289,13 @@ def test_a_column_renamed_after_the_prepare_stops_every_step_until_renamed_back(
         assert one(conn, "SELECT count(*) FROM purchase_lines l LEFT JOIN purchases p ON p.id = l.purchase_id "
                          "WHERE p.id IS NULL") == 0
         assert one(conn, "SELECT count(*) FROM purchases WHERE shard_id_extract_timestamp(id) IS NULL") == 0
+
+
+def prepare_with_twin_indexes(conn):
+    """The prepare, then the index step (the twins built)."""
+    prepare(conn)
+    for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+        conn.execute(statement)
 
 
 def convert_after_the_prepare(conn):
@@ -505,9 +510,7 @@ def test_the_swap_waits_for_a_snapshot_older_than_the_batches(cluster, db):
     with cluster.connect(db) as conn, cluster.connect(db) as old:
         conn.autocommit = True
         base_schema(conn)
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         old.execute("SELECT 1 FROM pg_class LIMIT 1")  # (its snapshot: before the batches)
         conn.execute("CALL shard_id_convert('purchases', 700)")
@@ -557,9 +560,7 @@ def test_the_swap_waits_for_a_snapshot_imported_from_an_older_transaction(cluste
     with cluster.connect(db) as conn, cluster.connect(db) as exporter, cluster.connect(db) as importer:
         conn.autocommit = True
         base_schema(conn)
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         exporter.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         snapshot = one(exporter, "SELECT pg_export_snapshot()")
         conn.execute("CALL shard_id_convert('purchases', 700)")
@@ -638,9 +639,7 @@ def test_an_index_of_the_whole_row_made_after_the_prepare_stops_the_swap(cluster
     with cluster.connect(db) as conn:
         conn.autocommit = True
         base_schema(conn)
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         conn.execute("CALL shard_id_convert('purchases', 700)")
         conn.execute("CREATE FUNCTION purchase_code(p purchases) RETURNS text LANGUAGE sql IMMUTABLE "
                      "AS $$ SELECT p.id::text || '-' || p.item $$")
@@ -663,9 +662,7 @@ def test_the_swap_goes_on_once_an_older_snapshot_ends_during_its_wait(cluster, d
     with cluster.connect(db) as conn, cluster.connect(db) as old:
         conn.autocommit = True
         base_schema(conn)
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         old.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
         old.execute("SELECT 1 FROM pg_class LIMIT 1")  # (its snapshot: before the batches)
         conn.execute("CALL shard_id_convert('purchases', 700)")
@@ -687,9 +684,7 @@ def test_a_prepared_transaction_that_holds_the_wait_is_named(cluster, db):
     with cluster.connect(db) as conn, cluster.connect(db) as writer, cluster.connect(db) as reader:
         conn.autocommit = True
         base_schema(conn)
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         # (a write elsewhere: one into purchase_lines would hold its parent's row, and the batches
         # would wait for it, as any UPDATE of a key does)
         conn.execute("CREATE TABLE coordinator_log (note text)")
@@ -735,9 +730,7 @@ def test_what_is_made_while_the_finish_waits_stops_the_swap(cluster, db, change,
     statement, sqlstate, message, named, way_out = CHANGES_DURING_THE_WAIT[change]
     with cluster.connect(db) as conn, cluster.connect(db) as old, cluster.connect(db) as deploy:
         base_schema(conn)
-        prepare(conn)
-        for (index,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(index)
+        prepare_with_twin_indexes(conn)
         conn.execute("CREATE TABLE late (id bigserial PRIMARY KEY, purchase_id bigint)")
         conn.execute("CREATE FUNCTION purchase_code(p purchases) RETURNS text LANGUAGE sql IMMUTABLE "
                      "AS $$ SELECT p.id::text || '-' || p.item $$")
@@ -775,9 +768,7 @@ def test_a_check_of_the_whole_row_added_after_the_prepare_stops_the_swap(cluster
     (the fifteenth review). The swap refuses it, nothing done."""
     with cluster.connect(db) as conn:
         base_schema(conn)
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         conn.execute("CALL shard_id_convert('purchases', 700)")
         conn.execute("CREATE FUNCTION small(p purchases) RETURNS boolean LANGUAGE sql IMMUTABLE AS $$ SELECT p.id < 1000000 $$")
         conn.execute("ALTER TABLE purchases ADD CONSTRAINT small_ids CHECK (small(purchases))")
@@ -797,9 +788,7 @@ def test_a_batch_that_waits_for_a_writer_under_repeatable_read_goes_on(cluster, 
     40001 once the writer committed (the fifteenth review). Each batch is READ COMMITTED now."""
     with cluster.connect(db) as conn, cluster.connect(db) as writer:
         base_schema(conn)
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         writer.execute("BEGIN")
         writer.execute("UPDATE purchases SET item = 'held' WHERE item = 'item 1'")
         outcome = {}
@@ -831,9 +820,7 @@ def test_a_standby_streaming_through_a_slot_holds_the_swap_for_its_older_snapsho
     slot = (db + "_slot")[-60:]
     with cluster.connect(db) as conn:
         base_schema(conn)
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         conn.execute("SELECT pg_create_physical_replication_slot(%s)", (slot,))
     standby = Cluster("convert_finishes_standby", standby_of=cluster,
                       conf=[f"primary_slot_name = '{slot}'", "hot_standby_feedback = on", "wal_receiver_status_interval = 1"])
@@ -893,9 +880,7 @@ def test_a_check_on_the_key_added_after_the_prepare_is_refused_before_the_finish
     sixteenth review). The finish refuses it before it adds any twin; writers go on."""
     with cluster.connect(db) as conn:
         base_schema(conn)
-        prepare(conn)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        prepare_with_twin_indexes(conn)
         conn.execute("CALL shard_id_convert('purchases', 700)")
         conn.execute(f"ALTER TABLE purchases ADD CONSTRAINT late_check CHECK ({check})")
         with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
