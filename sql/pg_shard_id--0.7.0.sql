@@ -757,7 +757,9 @@ DECLARE
     d record;
     r record;
     x record;
-    moves record;
+    moves record;  -- (old and new column numbers of a relation; of columns that have their new one: a
+                   -- foreign key added after the prepare has none, and every step but abandoning
+                   -- refuses it, refuse_changed: its NULL made expression_moved fail abandoning)
     stmt text;
     twin name;
     what text;
@@ -933,7 +935,9 @@ BEGIN
     FOR x IN SELECT DISTINCT con.oid, con.conname, con.conrelid::regclass AS rel
                FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
                JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype IN ('c', 'n') AND NOT con.convalidated AND con.conislocal
-              WHERE con.conname NOT LIKE 'shard_id_convert%' AND con.conname NOT LIKE '%_shard_id_twin'
+              -- (not the conversion's own, each on a new column: by what they hold, not by their
+              -- names, which derived_name shortens for long columns: the seventeenth review)
+              WHERE NOT EXISTS (SELECT FROM _pg_shard_id.conversion_columns(tbl, key_column, conversion_inventory.new_column) own WHERE own.rel = con.conrelid AND own.new_attnum = ANY (con.conkey))
                 AND coalesce((to_jsonb(con) ->> 'conenforced')::boolean, true) LOOP
         steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint not valid', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
                     format('ALTER TABLE %s VALIDATE CONSTRAINT %I', x.rel, x.conname),
@@ -976,7 +980,7 @@ BEGIN
                JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND cc.old_attnum = ANY (con.conkey)
                                      AND cardinality(con.conkey) > 1 AND con.conislocal
                                      -- (not the conversion's own, on the old and new columns)
-                                     AND NOT coalesce(cc.new_attnum = ANY (con.conkey), false)
+                                     AND NOT EXISTS (SELECT FROM _pg_shard_id.conversion_columns(tbl, key_column, conversion_inventory.new_column) own WHERE own.rel = con.conrelid AND own.new_attnum = ANY (con.conkey))
               LOOP
         -- (on the key: whether new ids satisfy it depends on the other columns, of the rows there
         -- and of rows to come: CHECK (kind <> 'legacy' OR id < 100000) would stop the twin's
@@ -1049,7 +1053,7 @@ BEGIN
                                                     'PostgreSQL makes an exclusion constraint only by building its index under the constraint''s lock (no USING INDEX): drop it, convert, add it again', false);
             ELSIF r.contype = 'c' THEN
                 SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
-                  INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = d.rel;
+                  INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = d.rel AND cc.new_attnum IS NOT NULL;
                 twin := _pg_shard_id.derived_name(r.conname, '_shard_id_twin');
                 what := format('constraint %I on %s', r.conname, d.rel);
                 stmt := CASE WHEN prepared THEN format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%s)%s NOT VALID', d.rel, twin,
@@ -1231,8 +1235,10 @@ BEGIN
             ELSIF r.attgenerated = '' THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'unknown', d.what, 'refuse', NULL, NULL,
                                                     format('depends on %s.%I, and no rule of the conversion knows it', d.rel, d.old_column), false);
-            ELSIF r.attgenerated = 'v' AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = r.adrelid AND contype = 'c'
-                                                       AND conname <> new_check) THEN
+            -- (the user's CHECKs: the conversion's own, on a new column, are dropped at the swap
+            -- before SET EXPRESSION: the seventeenth review)
+            ELSIF r.attgenerated = 'v' AND EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = r.adrelid AND k.contype = 'c'
+                                                       AND NOT EXISTS (SELECT FROM _pg_shard_id.conversion_columns(tbl, key_column, conversion_inventory.new_column) own WHERE own.rel = k.conrelid AND own.new_attnum = ANY (k.conkey))) THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'generated column', what, 'refuse', NULL,
                                                     format('ALTER TABLE %s DROP COLUMN %I', r.adrelid::regclass, r.attname),
                                                     format('virtual and computed from %I, in a table with CHECK constraints: PostgreSQL 18 changes such a column''s expression only without them; drop it, convert and add it again (no rewrite)',
@@ -1278,7 +1284,7 @@ BEGIN
                   WHERE r.relkind = 'i'
                   ORDER BY 2 LOOP
             SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
-              INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = c.leaf;
+              INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = c.leaf AND cc.new_attnum IS NOT NULL;
             steps := steps || _pg_shard_id.step(300, 'indexes', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build',
                                                 format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.leaf),
                                                 CASE WHEN prepared THEN _pg_shard_id.index_statement(c.leaf_index, c.twin, moves.olds, moves.news, 'concurrently')
@@ -1301,7 +1307,7 @@ BEGIN
             END IF;
         END LOOP;
         SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
-          INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = r.rel;
+          INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = r.rel AND cc.new_attnum IS NOT NULL;
         twin := _pg_shard_id.derived_name(r.relname, '_shard_id_twin');
         steps := steps || _pg_shard_id.step(610, 'swap', kind, what, 'drop', NULL,
                                             CASE WHEN r.conname IS NOT NULL THEN format('ALTER TABLE %s DROP CONSTRAINT %I', r.rel, r.conname)
@@ -2090,7 +2096,9 @@ BEGIN
     -- (again under the locks: a finish that held them may have swapped meanwhile, and abandoning
     -- then deleted the record of a finished conversion, its foreign keys left NOT VALID: the
     -- sixteenth review)
-    IF (SELECT c.phase FROM _pg_shard_id.conversions c WHERE c.relid = tbl) IS DISTINCT FROM state.phase THEN
+    -- (the whole row: abandoned and prepared again meanwhile, it is another conversion, maybe with
+    -- another new column: the seventeenth review)
+    IF (SELECT c FROM _pg_shard_id.conversions c WHERE c.relid = tbl) IS DISTINCT FROM state THEN
         RAISE EXCEPTION 'pg_shard_id: the conversion of % changed while abandoning it waited for its locks (now %)', tbl,
                         coalesce((SELECT c.phase FROM _pg_shard_id.conversions c WHERE c.relid = tbl), 'gone')
             USING ERRCODE = '55000', HINT = 'Nothing was changed: SELECT * FROM shard_id_conversions says where it is.';

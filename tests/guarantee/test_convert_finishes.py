@@ -855,7 +855,10 @@ def test_abandoning_after_a_foreign_key_was_added_goes_on(cluster, db):
         conn.autocommit = True
         base_schema(conn)
         prepare(conn)
-        conn.execute("CREATE TABLE late (id bigserial PRIMARY KEY, purchase_id bigint REFERENCES purchases)")
+        # (with a CHECK and an expression index on its column: their moved twins had a NULL new
+        # column, and abandoning failed in expression_moved: the seventeenth review)
+        conn.execute("CREATE TABLE late (id bigserial PRIMARY KEY, purchase_id bigint REFERENCES purchases CHECK (purchase_id > 0))")
+        conn.execute("CREATE INDEX late_by_purchase ON late ((purchase_id % 100))")
         conn.execute("CALL shard_id_convert_abandon('purchases')")
         assert "shard_id" not in columns(conn, "purchases") and "shard_id" not in columns(conn, "purchase_lines")
         assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 0
@@ -942,3 +945,38 @@ def test_abandoning_refuses_a_conversion_that_changed_while_it_waited_for_its_lo
         assert "changed while abandoning it waited for its locks (now finished)" in outcome["abandon"][1], outcome
         assert "shard_id" in columns(conn, "purchases")
         assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 1
+
+
+def test_a_referencing_column_with_a_long_name_converts(cluster, db):
+    """On 6d5d65b the finish refused the conversion's own CHECKs on a referencing column whose name
+    is 38 bytes or more: derived_name shortens such names, so they lost the prefix by which the
+    refusal of NOT VALID CHECKs knew them, and the finish stopped after its first step (the
+    seventeenth review). The conversion's own constraints are told by their new column now."""
+    long_name = "purchase_id_of_the_order_this_line_belongs_to"  # (45 bytes)
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute(f"ALTER TABLE purchase_lines RENAME COLUMN purchase_id TO {long_name}")
+        conn.execute("CREATE TABLE notes (id bigserial PRIMARY KEY, "
+                     f"{long_name} bigint REFERENCES purchases)")  # (nullable: the other CHECK)
+        conn.execute(f"INSERT INTO notes ({long_name}) SELECT id FROM purchases LIMIT 50")
+        prepare(conn)
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, f"SELECT count(*) FROM purchase_lines l JOIN purchases p ON p.id = l.{long_name} "
+                         "WHERE shard_id_extract_shard(p.id) = 5") == one(conn, "SELECT count(*) FROM purchase_lines")
+
+
+def test_a_virtual_generated_column_on_a_referencing_table_converts(cluster, db):
+    """On 6d5d65b (PostgreSQL 18) a virtual generated column computed from a referencing column
+    was refused by the finish once its first step had added the conversion's own CHECK to that
+    table, a refusal meant for the user's CHECKs (the swap drops the conversion's before it sets
+    the expression again: the seventeenth review)."""
+    with cluster.connect(db) as conn:
+        if one(conn, "SELECT current_setting('server_version_num')::int") < 180000:
+            pytest.skip("virtual generated columns are PostgreSQL 18's")
+        base_schema(conn)
+        conn.execute("ALTER TABLE purchase_lines ADD COLUMN purchase_ref text GENERATED ALWAYS AS ('p' || purchase_id) VIRTUAL")
+        prepare(conn)
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT count(*) FROM purchase_lines l JOIN purchases p ON l.purchase_ref = 'p' || p.id") == \
+            one(conn, "SELECT count(*) FROM purchase_lines")
