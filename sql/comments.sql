@@ -89,9 +89,10 @@ COMMENT ON FUNCTION _pg_shard_id.conversion_fill_row() IS 'Trigger of a conversi
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_reference() IS 'Trigger of a conversion: the new id of the row a referencing row references.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_references(regclass, name, name) IS 'The single-column foreign keys that reference a table''s key column, with the new column each gets: what a conversion carries.';
 COMMENT ON FUNCTION _pg_shard_id.tree(regclass) IS 'Every relation of a partition tree, the relation itself first.';
-COMMENT ON FUNCTION _pg_shard_id.derived_name(text, text) IS 'A name a conversion gives: base and suffix, or, past 63 bytes, base shortened with 8 hex digits of its md5.';
+COMMENT ON FUNCTION _pg_shard_id.derived_name(text, text) IS 'A name a conversion gives: base and suffix, or, past 63 bytes, base shortened with 8 hex digits of its md5 (the whole name so, when the suffix alone is longer than 54 bytes).';
 COMMENT ON FUNCTION _pg_shard_id.conversion_key(regclass) IS 'The key column a conversion replaces: the one column of the primary key besides the partition key (55000 otherwise).';
 COMMENT ON FUNCTION _pg_shard_id.conversion_columns(regclass, name, name) IS 'The columns a conversion moves, on every relation that holds them, with their numbers there.';
+COMMENT ON FUNCTION _pg_shard_id.own_constraint(oid, regclass, name, name) IS 'Whether a CHECK is one a conversion made on a new column (its NOT NULL CHECKs, a referencing column''s CHECK, a user CHECK''s twin): by its derived name and its columns, both.';
 COMMENT ON FUNCTION _pg_shard_id.expression_moved(pg_node_tree, regclass, smallint[], smallint[]) IS 'An index''s or CHECK''s expressions with the given columns moved to others, printed as SQL (the columns moved in the tree, not in text).';
 COMMENT ON FUNCTION _pg_shard_id.expression_moved_bytes(pg_node_tree, regclass, smallint[], smallint[]) IS 'expression_moved''s C part: the expressions printed, as the bytes of the text in the database''s encoding.';
 COMMENT ON FUNCTION _pg_shard_id.index_statement(regclass, name, smallint[], smallint[], text) IS 'CREATE INDEX for an index with the given columns moved: its twin on the new columns, every part of it kept.';
@@ -112,6 +113,7 @@ COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction
 COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
 COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
 COMMENT ON FUNCTION _pg_shard_id.wait_for_older_transactions(regclass) IS 'Waits, 10 s at most (55P03), until no other session of the database (or walsender) holds a snapshot older than the swap: through one, the key would read NULL after it.';
+COMMENT ON FUNCTION _pg_shard_id.refusals_after_the_batches(_pg_shard_id.conversion_step[]) IS 'The refusals of a conversion''s plan that still stop it after its batches (the finish''s and the swap''s): all but the batches'' triggers and publications.';
 COMMENT ON PROCEDURE shard_id_convert_abandon(regclass) IS 'Abandons a conversion before its swap: drops its triggers and new columns (with their twin indexes and CHECKs) and its progress row; the table is as it was before the prepare.';
 COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap block, counted in the first 8 blocks: the batch size of a table never analyzed.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE and UPDATE OF the key triggers of a table being converted: record the new ids of rows deleted or given another key, so that rows referencing one inserted again with its old key follow it (SECURITY DEFINER; reads only the new id, by field selection; records only for a trigger on the table being converted).';

@@ -281,8 +281,15 @@ $$;
 CREATE FUNCTION _pg_shard_id.derived_name(base text, suffix text) RETURNS name
 LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
     SELECT CASE WHEN octet_length(base || suffix) <= 63 THEN (base || suffix)::name
+           -- (a suffix of more than 54 bytes leaves no room to shorten the base: the whole name
+           -- is shortened then, with the md5 of the whole; two long referencing columns that
+           -- began alike had one trigger name: the eighteenth review)
+           WHEN octet_length(suffix) > 63 - 9 THEN
+                ((SELECT substring(base || suffix FOR k) FROM generate_series(length(base || suffix), 0, -1) k
+                   WHERE octet_length(substring(base || suffix FOR k)) <= 63 - 9 LIMIT 1)
+                 || '_' || left(md5(base || suffix), 8))::name
            ELSE ((SELECT substring(base FOR k) FROM generate_series(length(base), 0, -1) k
-                   WHERE octet_length(substring(base FOR k)) <= greatest(63 - 9 - octet_length(suffix), 0) LIMIT 1)
+                   WHERE octet_length(substring(base FOR k)) <= 63 - 9 - octet_length(suffix) LIMIT 1)
                  || '_' || left(md5(base), 8) || suffix)::name END
 $$;
 
@@ -364,6 +371,36 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 16 SET search_path = pg_catalog, p
       JOIN pg_attribute o ON o.attrelid = t AND o.attname = m.old_column AND NOT o.attisdropped
       LEFT JOIN pg_attribute n ON n.attrelid = t AND n.attname = m.new_column AND NOT n.attisdropped
      ORDER BY m.role, m.top::oid, t::oid
+$$;
+
+-- Whether a CHECK is one the conversion made (on a new column): by its name, as the conversion
+-- derives it, and by its columns. Neither alone: derived_name shortens long names, and a user's
+-- CHECK may name the new column (CHECK (shard_id <> id), taken for the conversion's own, got a
+-- twin that failed every writer: the eighteenth review). The conversion's own: the new key's
+-- NOT NULL CHECK; on a referencing table, its new column's CHECK (old column NULL or new column
+-- not) and NOT NULL CHECK; and the twin of a user's CHECK, on the same columns with the moved
+-- ones replaced by their new columns.
+CREATE FUNCTION _pg_shard_id.own_constraint(con oid, tbl regclass, key_column name, new_column name) RETURNS boolean
+LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    WITH moves AS (
+        SELECT cc.* FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.new_attnum IS NOT NULL
+    )
+    SELECT EXISTS (
+        SELECT FROM pg_constraint k JOIN moves m ON m.rel = k.conrelid
+         WHERE k.oid = con AND k.contype = 'c'
+           AND (   (m.role = 'key' AND k.conkey = ARRAY[m.new_attnum]
+                    AND k.conname = _pg_shard_id.derived_name('shard_id_convert_' || new_column, '_not_null'))
+                OR (m.role = 'reference' AND k.conkey = ARRAY[m.new_attnum]
+                    AND k.conname = _pg_shard_id.derived_name('shard_id_convert_nn_', m.new_column))
+                OR (m.role = 'reference' AND k.conkey::int2[] @> ARRAY[m.old_attnum, m.new_attnum] AND k.conkey::int2[] <@ ARRAY[m.old_attnum, m.new_attnum]
+                    AND k.conname = _pg_shard_id.derived_name('shard_id_convert_', m.new_column))
+                OR EXISTS (SELECT FROM pg_constraint o
+                            WHERE o.conrelid = k.conrelid AND o.contype = 'c' AND o.oid <> k.oid
+                              AND k.conname = _pg_shard_id.derived_name(o.conname, '_shard_id_twin')
+                              AND NOT o.conkey && ARRAY(SELECT n.new_attnum FROM moves n WHERE n.rel = o.conrelid)
+                              AND ARRAY(SELECT DISTINCT coalesce(n.new_attnum, a) FROM unnest(o.conkey) a
+                                          LEFT JOIN moves n ON n.rel = o.conrelid AND n.old_attnum = a ORDER BY 1)
+                                  = ARRAY(SELECT DISTINCT a FROM unnest(k.conkey) a ORDER BY 1))))
 $$;
 
 -- An expression of a relation's catalog (an index's expressions or predicate, a CHECK) with the
@@ -937,7 +974,7 @@ BEGIN
                JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype IN ('c', 'n') AND NOT con.convalidated AND con.conislocal
               -- (not the conversion's own, each on a new column: by what they hold, not by their
               -- names, which derived_name shortens for long columns: the seventeenth review)
-              WHERE NOT EXISTS (SELECT FROM _pg_shard_id.conversion_columns(tbl, key_column, conversion_inventory.new_column) own WHERE own.rel = con.conrelid AND own.new_attnum = ANY (con.conkey))
+              WHERE NOT _pg_shard_id.own_constraint(con.oid, tbl, key_column, conversion_inventory.new_column)
                 AND coalesce((to_jsonb(con) ->> 'conenforced')::boolean, true) LOOP
         steps := steps || _pg_shard_id.step(0, 'prepare', 'check constraint not valid', format('constraint %I on %s', x.conname, x.rel), 'refuse', NULL,
                     format('ALTER TABLE %s VALIDATE CONSTRAINT %I', x.rel, x.conname),
@@ -980,7 +1017,7 @@ BEGIN
                JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND cc.old_attnum = ANY (con.conkey)
                                      AND cardinality(con.conkey) > 1 AND con.conislocal
                                      -- (not the conversion's own, on the old and new columns)
-                                     AND NOT EXISTS (SELECT FROM _pg_shard_id.conversion_columns(tbl, key_column, conversion_inventory.new_column) own WHERE own.rel = con.conrelid AND own.new_attnum = ANY (con.conkey))
+                                     AND NOT _pg_shard_id.own_constraint(con.oid, tbl, key_column, conversion_inventory.new_column)
               LOOP
         -- (on the key: whether new ids satisfy it depends on the other columns, of the rows there
         -- and of rows to come: CHECK (kind <> 'legacy' OR id < 100000) would stop the twin's
@@ -1045,6 +1082,9 @@ BEGIN
             -- (a partition's copy: the parent's row; NOT NULL: the swap's own; a constraint
             -- trigger's: the trigger's row)
             CONTINUE WHEN r.conparentid <> 0 OR r.contype IN ('n', 't') OR (r.contype = 'c' AND NOT r.conislocal);
+            -- (the conversion's own CHECK on a referencing table names the old column too: it is
+            -- dropped at the swap, and needs no twin)
+            CONTINUE WHEN r.contype = 'c' AND _pg_shard_id.own_constraint(r.oid, tbl, key_column, new_column);
             IF r.contype IN ('p', 'u') THEN
                 indexes := indexes || ARRAY[[r.conindid, r.oid]];
             ELSIF r.contype = 'x' THEN
@@ -1238,11 +1278,22 @@ BEGIN
             -- (the user's CHECKs: the conversion's own, on a new column, are dropped at the swap
             -- before SET EXPRESSION: the seventeenth review)
             ELSIF r.attgenerated = 'v' AND EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = r.adrelid AND k.contype = 'c'
-                                                       AND NOT EXISTS (SELECT FROM _pg_shard_id.conversion_columns(tbl, key_column, conversion_inventory.new_column) own WHERE own.rel = k.conrelid AND own.new_attnum = ANY (k.conkey))) THEN
+                                                       AND NOT _pg_shard_id.own_constraint(k.oid, tbl, key_column, conversion_inventory.new_column)) THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'generated column', what, 'refuse', NULL,
                                                     format('ALTER TABLE %s DROP COLUMN %I', r.adrelid::regclass, r.attname),
                                                     format('virtual and computed from %I, in a table with CHECK constraints: PostgreSQL 18 changes such a column''s expression only without them; drop it, convert and add it again (no rewrite)',
                                                            d.old_column), false);
+            -- (PostgreSQL 18 refuses SET EXPRESSION on a virtual column of a table, or of any
+            -- partition of it, that a publication names itself (not FOR ALL TABLES or TABLES IN
+            -- SCHEMA): the swap could not complete, the eighteenth review)
+            ELSIF r.attgenerated = 'v' AND EXISTS (SELECT FROM pg_publication_rel pr
+                                                    WHERE pr.prrelid IN (SELECT _pg_shard_id.tree(r.adrelid))) THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'generated column', what, 'refuse', NULL,
+                                                    format('ALTER TABLE %s DROP COLUMN %I', r.adrelid::regclass, r.attname),
+                                                    format('virtual and computed from %I, in a table a publication names (%s): PostgreSQL 18 changes such a column''s expression only outside publications; drop it, convert and add it again (no rewrite), or take the table out of the publication while converting',
+                                                           d.old_column,
+                                                           (SELECT string_agg(DISTINCT quote_ident(p.pubname), ', ') FROM pg_publication_rel pr JOIN pg_publication p ON p.oid = pr.prpubid
+                                                             WHERE pr.prrelid IN (SELECT _pg_shard_id.tree(r.adrelid)))), false);
             ELSIF r.attgenerated = 'v' THEN
                 steps := steps || _pg_shard_id.step(670, 'swap', 'generated column', what, 'carry', NULL,
                                                     format('ALTER TABLE %s ALTER COLUMN %I SET EXPRESSION AS (%s)', r.adrelid::regclass, r.attname, pg_get_expr(r.adbin, r.adrelid)),
@@ -1978,6 +2029,15 @@ BEGIN
     END IF;
 END $$;
 
+-- The refusals of a plan that still stop a conversion once its batches have run (the finish, the
+-- swap): all but what the batches would fire and publications, which mattered before them.
+CREATE FUNCTION _pg_shard_id.refusals_after_the_batches(plan _pg_shard_id.conversion_step[])
+RETURNS _pg_shard_id.conversion_step[]
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ARRAY(SELECT p FROM unnest(plan) p WHERE p.action = 'refuse'
+                   AND p.kind NOT IN ('user trigger or rule fired by the batches', 'publication membership'))
+$$;
+
 CREATE PROCEDURE shard_id_convert_prepare(tbl regclass, time_column name, seq regclass, shard integer,
                                           new_column name DEFAULT 'shard_id', fire_triggers boolean DEFAULT false,
                                           subscribers_ready boolean DEFAULT false)
@@ -2075,6 +2135,15 @@ BEGIN
     IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = tbl), 'USAGE') THEN
         RAISE EXCEPTION 'pg_shard_id: only the owner of % can abandon its conversion', tbl USING ERRCODE = '42501';
     END IF;
+    -- (it locks, then reads the catalog: under REPEATABLE READ every read would see the snapshot
+    -- taken before its lock wait, and an index of the whole row made meanwhile got past the check
+    -- below, left over rows that had the new column: the eighteenth review. A procedure with a
+    -- SET clause cannot end the caller's transaction, as the finish does: it refuses)
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pg_shard_id: abandoning a conversion runs only at READ COMMITTED, not %', current_setting('transaction_isolation')
+            USING ERRCODE = '25000',
+                  HINT = 'It reads the catalog again after its locks, which a snapshot taken before them would not show: BEGIN ISOLATION LEVEL READ COMMITTED; CALL shard_id_convert_abandon(...); COMMIT; (or SET default_transaction_isolation = ''read committed'' first). Nothing was changed.';
+    END IF;
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
     IF state.relid IS NULL THEN
         RAISE EXCEPTION 'pg_shard_id: % has no conversion to abandon', tbl USING ERRCODE = '55000';
@@ -2096,9 +2165,13 @@ BEGIN
     -- (again under the locks: a finish that held them may have swapped meanwhile, and abandoning
     -- then deleted the record of a finished conversion, its foreign keys left NOT VALID: the
     -- sixteenth review)
-    -- (the whole row: abandoned and prepared again meanwhile, it is another conversion, maybe with
-    -- another new column: the seventeenth review)
-    IF (SELECT c FROM _pg_shard_id.conversions c WHERE c.relid = tbl) IS DISTINCT FROM state THEN
+    -- (the same conversion: abandoned and prepared again meanwhile, it is another one, maybe with
+    -- another new column: the seventeenth review; by what it is and whether it was swapped, not
+    -- by its whole row, which each batch changes: abandoning while the batches ran was refused,
+    -- the eighteenth review)
+    IF (SELECT (c.phase = 'finished', c.started_at, c.table_name, c.key_column, c.time_column, c.seq, c.shard, c.new_column)
+          FROM _pg_shard_id.conversions c WHERE c.relid = tbl)
+       IS DISTINCT FROM (false, state.started_at, state.table_name, state.key_column, state.time_column, state.seq, state.shard, state.new_column) THEN
         RAISE EXCEPTION 'pg_shard_id: the conversion of % changed while abandoning it waited for its locks (now %)', tbl,
                         coalesce((SELECT c.phase FROM _pg_shard_id.conversions c WHERE c.relid = tbl), 'gone')
             USING ERRCODE = '55000', HINT = 'Nothing was changed: SELECT * FROM shard_id_conversions says where it is.';
@@ -2417,8 +2490,7 @@ BEGIN
         -- added NOT VALID is enforced on writers at once: the sixteenth review); the swap asks
         -- again under its locks
         plan := ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i);
-        PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT p FROM unnest(plan) p WHERE p.action = 'refuse'
-                                                 AND p.kind NOT IN ('user trigger or rule fired by the batches', 'publication membership')));
+        PERFORM _pg_shard_id.refuse(tbl, _pg_shard_id.refusals_after_the_batches(plan));
         SELECT * INTO step FROM unnest(plan) i WHERE i.phase = 'finish' AND NOT i.done ORDER BY i.ord LIMIT 1;
         IF step.ord IS NOT NULL THEN
             IF step.action = 'check' THEN
@@ -2562,8 +2634,7 @@ BEGIN
     PERFORM _pg_shard_id.refuse_changed(tbl);
     plan := ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i);
     -- (what the batches would fire, and publications, mattered before the batches: not now)
-    PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT p FROM unnest(plan) p WHERE p.action = 'refuse'
-                                             AND p.kind NOT IN ('user trigger or rule fired by the batches', 'publication membership')));
+    PERFORM _pg_shard_id.refuse(tbl, _pg_shard_id.refusals_after_the_batches(plan));
     IF EXISTS (SELECT FROM unnest(plan) p WHERE p.phase IN ('indexes', 'finish') AND NOT p.done) THEN
         RAISE EXCEPTION 'pg_shard_id: % is not ready to swap: these steps have not run', tbl
             USING ERRCODE = '55000',
@@ -3286,9 +3357,10 @@ COMMENT ON FUNCTION _pg_shard_id.conversion_fill_row() IS 'Trigger of a conversi
 COMMENT ON FUNCTION _pg_shard_id.conversion_fill_reference() IS 'Trigger of a conversion: the new id of the row a referencing row references.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_references(regclass, name, name) IS 'The single-column foreign keys that reference a table''s key column, with the new column each gets: what a conversion carries.';
 COMMENT ON FUNCTION _pg_shard_id.tree(regclass) IS 'Every relation of a partition tree, the relation itself first.';
-COMMENT ON FUNCTION _pg_shard_id.derived_name(text, text) IS 'A name a conversion gives: base and suffix, or, past 63 bytes, base shortened with 8 hex digits of its md5.';
+COMMENT ON FUNCTION _pg_shard_id.derived_name(text, text) IS 'A name a conversion gives: base and suffix, or, past 63 bytes, base shortened with 8 hex digits of its md5 (the whole name so, when the suffix alone is longer than 54 bytes).';
 COMMENT ON FUNCTION _pg_shard_id.conversion_key(regclass) IS 'The key column a conversion replaces: the one column of the primary key besides the partition key (55000 otherwise).';
 COMMENT ON FUNCTION _pg_shard_id.conversion_columns(regclass, name, name) IS 'The columns a conversion moves, on every relation that holds them, with their numbers there.';
+COMMENT ON FUNCTION _pg_shard_id.own_constraint(oid, regclass, name, name) IS 'Whether a CHECK is one a conversion made on a new column (its NOT NULL CHECKs, a referencing column''s CHECK, a user CHECK''s twin): by its derived name and its columns, both.';
 COMMENT ON FUNCTION _pg_shard_id.expression_moved(pg_node_tree, regclass, smallint[], smallint[]) IS 'An index''s or CHECK''s expressions with the given columns moved to others, printed as SQL (the columns moved in the tree, not in text).';
 COMMENT ON FUNCTION _pg_shard_id.expression_moved_bytes(pg_node_tree, regclass, smallint[], smallint[]) IS 'expression_moved''s C part: the expressions printed, as the bytes of the text in the database''s encoding.';
 COMMENT ON FUNCTION _pg_shard_id.index_statement(regclass, name, smallint[], smallint[], text) IS 'CREATE INDEX for an index with the given columns moved: its twin on the new columns, every part of it kept.';
@@ -3309,6 +3381,7 @@ COMMENT ON FUNCTION _pg_shard_id.finish_step(regclass, text) IS 'One transaction
 COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreign keys the swap made again NOT VALID, valid before it, not validated yet.';
 COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
 COMMENT ON FUNCTION _pg_shard_id.wait_for_older_transactions(regclass) IS 'Waits, 10 s at most (55P03), until no other session of the database (or walsender) holds a snapshot older than the swap: through one, the key would read NULL after it.';
+COMMENT ON FUNCTION _pg_shard_id.refusals_after_the_batches(_pg_shard_id.conversion_step[]) IS 'The refusals of a conversion''s plan that still stop it after its batches (the finish''s and the swap''s): all but the batches'' triggers and publications.';
 COMMENT ON PROCEDURE shard_id_convert_abandon(regclass) IS 'Abandons a conversion before its swap: drops its triggers and new columns (with their twin indexes and CHECKs) and its progress row; the table is as it was before the prepare.';
 COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap block, counted in the first 8 blocks: the batch size of a table never analyzed.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE and UPDATE OF the key triggers of a table being converted: record the new ids of rows deleted or given another key, so that rows referencing one inserted again with its old key follow it (SECURITY DEFINER; reads only the new id, by field selection; records only for a trigger on the table being converted).';
