@@ -40,6 +40,9 @@
 #      with monitoring/queries.yaml, as a pg_monitor member, one per database over two databases,
 #      and Prometheus scraping them; a burst over 1024 ids/ms read back through Prometheus's HTTP
 #      API; no series exported twice; the alert rules (promtool)
+#      (15) the high-availability test (tests/patroni): Debian's etcd and 3 Patroni members in
+#      synchronous_mode, writers throughout a switchover, a failover (kill -9), the old leader's
+#      pg_rewind rejoin, a rolling restart and the synchronous standby's restart: 0 repeats
 #   9. the benchmark at smoke size (scripts/bench.sh --smoke); on the oldest version the per-id cost
 #      gate (bench/cost_gate.sh: callgrind's instructions per id above nextval(), at most 5 % above
 #      bench/cost-baseline; about 10 s)
@@ -172,6 +175,9 @@ for version in $PG_VERSIONS; do
     # (Debian's exporter and Prometheus, against the oldest and the newest: exporters as pg_monitor
     # members, one per database, two databases)
     stage "PostgreSQL $PG_MAJOR: monitoring: prometheus-postgres-exporter and Prometheus end to end" bash tests/monitoring/run.sh
+    # (Debian's Patroni 3.0.2 supports PostgreSQL up to 15: docs/production.md's runbook)
+    [ "$PG_MAJOR" = 15 ] && stage "PostgreSQL 15: high availability: Patroni and etcd, writers through a switchover, a failover, a pg_rewind rejoin, a rolling restart" \
+        bash tests/patroni/run.sh
     stage "PostgreSQL $PG_MAJOR: benchmark smoke run (installs the release build again)" bench_smoke
     if [ "$PG_MAJOR" = "$oldest" ]; then # the baseline in bench/cost-baseline was counted on 15
         stage "PostgreSQL $PG_MAJOR: per-id cost gate (callgrind, at most 5 % above bench/cost-baseline)" \
