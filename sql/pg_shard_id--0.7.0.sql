@@ -389,9 +389,9 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp A
         SELECT FROM pg_constraint k JOIN moves m ON m.rel = k.conrelid
          WHERE k.oid = con AND k.contype = 'c'
            AND (   (m.role = 'key' AND k.conkey = ARRAY[m.new_attnum]
-                    AND k.conname = _pg_shard_id.derived_name('shard_id_convert_' || new_column, '_not_null'))
+                    AND k.conname = _pg_shard_id.derived_name('shard_id_convert_' || own_constraint.new_column, '_not_null'))
                 OR (m.role = 'reference' AND k.conkey = ARRAY[m.new_attnum]
-                    AND k.conname = _pg_shard_id.derived_name('shard_id_convert_nn_', m.new_column))
+                    AND k.conname = _pg_shard_id.derived_name('shard_id_convert_' || m.new_column, '_not_null'))
                 OR (m.role = 'reference' AND k.conkey::int2[] @> ARRAY[m.old_attnum, m.new_attnum] AND k.conkey::int2[] <@ ARRAY[m.old_attnum, m.new_attnum]
                     AND k.conname = _pg_shard_id.derived_name('shard_id_convert_', m.new_column))
                 OR EXISTS (SELECT FROM pg_constraint o
@@ -630,6 +630,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 32 SET search_path = pg_catalog, pg_te
     ('Citus distributed table', 'pg_dist_partition', 'refuse', 'the new column''s DEFAULT names a shard, which Citus refuses (it takes next_shard_id(seq)), and its shards are tables on the workers: not supported'),
     ('publication membership', 'pg_publication_rel, pg_publication_namespace, FOR ALL TABLES', 'refuse', 'a subscriber stops at the first change after the prepare unless it has the new columns: add them there first (docs/adopting.md#replicas), then subscribers_ready => true'),
     ('user trigger or rule fired by the batches', 'pg_trigger, pg_rewrite', 'quiet', 'the batches run with session_replication_role = replica: triggers and rules enabled on origin do not fire; refused (with fire_triggers => true to fire them) when the caller may not set it, or when one is enabled ALWAYS or REPLICA'),
+    ('name taken', 'pg_class, pg_constraint, pg_trigger, pg_attribute', 'refuse', 'a name the conversion gives what it makes (twins, triggers, CHECKs, lookup indexes, new columns) is taken already, or would be given twice: rename that object, or pass another new_column'),
     ('old key column', 'pg_attribute', 'keep', 'renamed <key>_before_shard_id, with its values, DEFAULT or identity; no longer NOT NULL (unless identity or partition key)'),
     ('partitioned referencing table', 'pg_class.relkind', 'refuse', 'PostgreSQL 15 to 17 refuse the NOT VALID foreign key the swap makes on a partitioned table: drop the foreign key, convert, add it again (18 allows it)'),
     ('no index on the key', 'pg_index', 'refuse', 'next_shard_id_at reads the new ids from a btree index with the new column first, the twin of one with the key first: make one first'),
@@ -802,6 +803,13 @@ DECLARE
     what text;
     why text;
     kind text;
+    enforced boolean;
+    -- every name the conversion gives an object, with where it must be unique (a schema for a
+    -- relation, a table for a constraint or trigger): one taken already, or given twice, is
+    -- refused before the prepare (the nineteenth review: the index step failed forever on a
+    -- lookup index two referencing tables named alike, and an existing CHECK named as a twin was
+    -- taken for the twin, which then never existed at the swap)
+    made jsonb := '[]';
     trigger_name name;
     validate_after text[] := '{}';  -- (table, name) of each foreign key (and the floor CHECK) validated after the swap
     floor_check name;
@@ -989,6 +997,8 @@ BEGIN
                     cc.old_column, cc.role
                FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc
                JOIN pg_constraint con ON con.conrelid = cc.rel AND con.contype = 'c' AND con.conkey = ARRAY[cc.old_attnum]
+              -- (a NOT ENFORCED one, PostgreSQL 18's, is checked on nothing)
+              WHERE coalesce((to_jsonb(con) ->> 'conenforced')::boolean, true)
               LOOP
         DECLARE
             sample bigint;
@@ -1018,6 +1028,7 @@ BEGIN
                                      AND cardinality(con.conkey) > 1 AND con.conislocal
                                      -- (not the conversion's own, on the old and new columns)
                                      AND NOT _pg_shard_id.own_constraint(con.oid, tbl, key_column, conversion_inventory.new_column)
+              WHERE coalesce((to_jsonb(con) ->> 'conenforced')::boolean, true)
               LOOP
         -- (on the key: whether new ids satisfy it depends on the other columns, of the rows there
         -- and of rows to come: CHECK (kind <> 'legacy' OR id < 100000) would stop the twin's
@@ -1095,17 +1106,23 @@ BEGIN
                 SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
                   INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = d.rel AND cc.new_attnum IS NOT NULL;
                 twin := _pg_shard_id.derived_name(r.conname, '_shard_id_twin');
+                made := made || jsonb_build_object('kind', 'constraint', 'scope', d.rel::oid, 'name', twin);
                 what := format('constraint %I on %s', r.conname, d.rel);
-                stmt := CASE WHEN prepared THEN format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%s)%s NOT VALID', d.rel, twin,
+                -- (PostgreSQL 18's NOT ENFORCED CHECK: its twin is NOT ENFORCED too, and not
+                -- validated; it came back enforced: the nineteenth review)
+                enforced := coalesce((to_jsonb(r) ->> 'conenforced')::boolean, true);
+                stmt := CASE WHEN prepared THEN format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%s)%s %s', d.rel, twin,
                                                        (_pg_shard_id.expression_moved(r.conbin, d.rel, moves.olds, moves.news))[1],
-                                                       CASE WHEN r.connoinherit THEN ' NO INHERIT' ELSE '' END)
+                                                       CASE WHEN r.connoinherit THEN ' NO INHERIT' ELSE '' END,
+                                                       CASE WHEN enforced THEN 'NOT VALID' ELSE 'NOT ENFORCED' END)
                              ELSE format('-- after the prepare: %s, on the new column', pg_get_constraintdef(r.oid)) END;
                 steps := steps || _pg_shard_id.step(500, 'finish', 'check constraint', what, 'build', format('ACCESS EXCLUSIVE on %s, catalog only', d.rel), stmt,
                                                     format('its twin %I, on the new column', twin),
                                                     EXISTS (SELECT FROM pg_constraint WHERE conrelid = d.rel AND conname = twin) OR finished);
                 steps := steps || _pg_shard_id.step(510, 'finish', 'check constraint', what, 'check', format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', d.rel),
-                                                    format('ALTER TABLE %s VALIDATE CONSTRAINT %I', d.rel, twin), 'every row, before the swap',
-                                                    EXISTS (SELECT FROM pg_constraint WHERE conrelid = d.rel AND conname = twin AND convalidated) OR finished);
+                                                    CASE WHEN enforced THEN format('ALTER TABLE %s VALIDATE CONSTRAINT %I', d.rel, twin) END,
+                                                    CASE WHEN enforced THEN 'every row, before the swap' ELSE 'NOT ENFORCED: not validated, as the old one' END,
+                                                    EXISTS (SELECT FROM pg_constraint WHERE conrelid = d.rel AND conname = twin AND convalidated) OR finished OR NOT enforced);
                 steps := steps || _pg_shard_id.step(610, 'swap', 'check constraint', what, 'drop', NULL,
                                                     format('ALTER TABLE %s DROP CONSTRAINT %I', d.rel, r.conname), NULL, finished);
                 steps := steps || _pg_shard_id.step(630, 'swap', 'check constraint', what, 'rename', NULL,
@@ -1336,6 +1353,7 @@ BEGIN
                   ORDER BY 2 LOOP
             SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
               INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = c.leaf AND cc.new_attnum IS NOT NULL;
+            made := made || jsonb_build_object('kind', 'relation', 'scope', (SELECT oid FROM pg_namespace WHERE nspname = c.nspname), 'name', c.twin);
             steps := steps || _pg_shard_id.step(300, 'indexes', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build',
                                                 format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.leaf),
                                                 CASE WHEN prepared THEN _pg_shard_id.index_statement(c.leaf_index, c.twin, moves.olds, moves.news, 'concurrently')
@@ -1524,6 +1542,10 @@ BEGIN
                     (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column) AS key_type
                FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref ORDER BY ref.rel, ref.fk_column LOOP
         trigger_name := _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column);
+        made := made || (SELECT jsonb_agg(jsonb_build_object('kind', k, 'scope', t::oid, 'name', n))
+                           FROM _pg_shard_id.tree(c.rel) t,
+                                (VALUES ('column', c.fk_new_column), ('trigger', trigger_name), ('trigger', _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_update')),
+                                        ('constraint', trigger_name), ('constraint', _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_not_null'))) v(k, n));
         steps := steps || _pg_shard_id.step(110, 'prepare', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_column), 'add',
                                             format('ACCESS EXCLUSIVE on %s, catalog only (no rewrite)', c.rel),
                                             format('ALTER TABLE %s ADD COLUMN %I bigint;', c.rel, c.fk_new_column)
@@ -1542,6 +1564,7 @@ BEGIN
                FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u WHERE u.kind = 'child' LOOP
         CONTINUE WHEN EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.rel AND i.indkey[0] = c.fk_attnum AND i.indpred IS NULL);
         twin := _pg_shard_id.derived_name((SELECT relname FROM pg_class WHERE oid = c.rel) || '_' || c.fk_new_column, '_idx');
+        made := made || jsonb_build_object('kind', 'relation', 'scope', (SELECT relnamespace FROM pg_class WHERE oid = c.rel), 'name', twin);
         steps := steps || _pg_shard_id.step(300, 'indexes', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_new_column), 'build',
                                             format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.rel),
                                             format('CREATE INDEX CONCURRENTLY %I ON %s (%I)', twin, _pg_shard_id.qualified(c.rel), c.fk_new_column),
@@ -1575,13 +1598,13 @@ BEGIN
                                             format('ACCESS EXCLUSIVE on %s, catalog only', c.rel),
                                             format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NULL OR %I IS NOT NULL) NOT VALID', c.rel, trigger_name, c.fk_column, c.fk_new_column)
                                             || CASE WHEN c.not_null THEN format('; ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NOT NULL) NOT VALID', c.rel,
-                                                                                _pg_shard_id.derived_name('shard_id_convert_nn_', c.fk_new_column), c.fk_new_column) ELSE '' END,
+                                                                                _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_not_null'), c.fk_new_column) ELSE '' END,
                                             'a new id wherever there is an old key', finished OR EXISTS (SELECT FROM pg_constraint WHERE conrelid = c.rel AND conname = trigger_name));
         steps := steps || _pg_shard_id.step(510, 'finish', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_new_column), 'check',
                                             format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.rel),
                                             format('ALTER TABLE %s VALIDATE CONSTRAINT %I', c.rel, trigger_name)
                                             || CASE WHEN c.not_null THEN format('; ALTER TABLE %s VALIDATE CONSTRAINT %I', c.rel,
-                                                                                _pg_shard_id.derived_name('shard_id_convert_nn_', c.fk_new_column)) ELSE '' END,
+                                                                                _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_not_null')) ELSE '' END,
                                             'the sweeps first (rows transactions in flight left without an id), then every row checked',
                                             finished OR EXISTS (SELECT FROM pg_constraint WHERE conrelid = c.rel AND conname = trigger_name AND convalidated));
     END LOOP;
@@ -1628,7 +1651,7 @@ BEGIN
         steps := steps || _pg_shard_id.step(660, 'swap', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_column), 'drop', NULL,
                                             CASE WHEN c.not_null THEN format('ALTER TABLE %s ALTER COLUMN %I DROP NOT NULL; ALTER TABLE %s DROP CONSTRAINT %I; ',
                                                                              c.rel, _pg_shard_id.derived_name(c.fk_column, '_before_shard_id'),
-                                                                             c.rel, _pg_shard_id.derived_name('shard_id_convert_nn_', c.fk_new_column)) ELSE '' END
+                                                                             c.rel, _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_not_null')) ELSE '' END
                                             || format('ALTER TABLE %s DROP CONSTRAINT %I', c.rel, _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column)),
                                             'the old column is no longer given; the conversion''s CHECKs', finished);
     END LOOP;
@@ -1707,6 +1730,27 @@ BEGIN
     steps := steps || _pg_shard_id.step(900, 'kept', 'old key column', format('column %s.%I', tbl, key_column), 'keep', NULL, NULL,
                                         format('kept as %I, with its values and its DEFAULT or identity (it goes on drawing from its sequence until you drop it)',
                                                _pg_shard_id.derived_name(key_column, '_before_shard_id')), true);
+    -- the names: before the prepare, none may be taken, nor given twice
+    made := made || (SELECT jsonb_agg(jsonb_build_object('kind', k, 'scope', t::oid, 'name', n))
+                       FROM _pg_shard_id.tree(tbl) t,
+                            (VALUES ('trigger', fill_trigger), ('trigger', _pg_shard_id.derived_name(fill_trigger, '_deleted')),
+                                    ('trigger', _pg_shard_id.derived_name(fill_trigger, '_rekeyed')),
+                                    ('constraint', new_check), ('constraint', floor_check)) v(k, n));
+    FOR x IN SELECT e ->> 'kind' AS kind, (e ->> 'scope')::oid AS scope, e ->> 'name' AS name, count(*) AS times
+               FROM jsonb_array_elements(made) e
+              WHERE NOT prepared
+              GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 LOOP
+        what := CASE x.kind WHEN 'relation' THEN format('relation %I.%I', (SELECT nspname FROM pg_namespace WHERE oid = x.scope), x.name)
+                            ELSE format('%s %I on %s', x.kind, x.name, x.scope::regclass) END;
+        why := CASE WHEN x.times > 1 THEN 'the conversion would give this name to two of its objects (derived from two objects'' names that begin alike)'
+                    WHEN x.kind = 'relation' AND EXISTS (SELECT FROM pg_class WHERE relnamespace = x.scope AND relname = x.name) THEN 'a relation of that name exists'
+                    WHEN x.kind = 'constraint' AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = x.scope AND conname = x.name) THEN 'a constraint of that name exists on the table'
+                    WHEN x.kind = 'trigger' AND EXISTS (SELECT FROM pg_trigger WHERE tgrelid = x.scope AND tgname = x.name) THEN 'a trigger of that name exists on the table'
+                    WHEN x.kind = 'column' AND EXISTS (SELECT FROM pg_attribute WHERE attrelid = x.scope AND attname = x.name AND NOT attisdropped) THEN 'a column of that name exists on the table' END;
+        CONTINUE WHEN why IS NULL;
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'name taken', what, 'refuse', NULL, NULL,
+                    why || ': the conversion names what it makes after the objects they stand in for, and finds them by those names; rename the object whose name it is, or pass another new_column => (every name changes with it)', false);
+    END LOOP;
     -- (each place made unique, in the order the steps were listed)
     RETURN QUERY SELECT u.ord * 100000 + u.i::integer, u.phase, u.kind, u.object, u.action, u.lock, u.statement, u.detail, u.done
                    FROM unnest(steps) WITH ORDINALITY u(ord, phase, kind, object, action, lock, statement, detail, done, i)
@@ -1951,6 +1995,32 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 4 SET search_path = pg_catalog, pg
      ORDER BY 1
 $$;
 
+-- What the prepare made on a table whose foreign key to tbl's key was dropped since: its
+-- triggers (found by their function and their third argument, tbl), and the new column they
+-- name. Neither the swap nor abandoning would find them by the foreign keys, and the triggers
+-- kept writing placeholders, the NOT NULL CHECK failing writers after the finish (the nineteenth
+-- review). Only on tables whose owner the caller can act as (another role's trigger with made-up
+-- arguments stops nothing). As the statements that drop them: the triggers, then the columns
+-- (with their index and CHECKs).
+CREATE FUNCTION _pg_shard_id.orphaned_references(tbl regclass) RETURNS SETOF text
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 2 SET search_path = pg_catalog, pg_temp AS $$
+    WITH orphans AS MATERIALIZED (
+        SELECT t.tgrelid::regclass AS rel, t.tgname, (_pg_shard_id.trigger_arguments(t.tgargs, t.tgnargs))[2] AS new_column
+          FROM pg_trigger t JOIN pg_class k ON k.oid = t.tgrelid
+         WHERE t.tgfoid = '_pg_shard_id.conversion_fill_reference()'::regprocedure AND t.tgparentid = 0
+           AND pg_has_role(k.relowner, 'USAGE')
+           AND (_pg_shard_id.trigger_arguments(t.tgargs, t.tgnargs))[3] = tbl::oid::text
+           AND t.tgrelid NOT IN (SELECT r.rel FROM _pg_shard_id.conversions c,
+                                        _pg_shard_id.conversion_references(tbl, c.key_column, c.new_column) r
+                                  WHERE c.relid = tbl)
+    )
+    SELECT statement FROM (
+        SELECT 1 AS k, format('DROP TRIGGER %I ON %s', o.tgname, o.rel) AS statement FROM orphans o
+        UNION
+        SELECT 2, format('ALTER TABLE %s DROP COLUMN IF EXISTS %I', o.rel, o.new_column) FROM orphans o
+    ) q ORDER BY k, statement
+$$;
+
 -- 55000 when a column the conversion of tbl names was renamed after its prepare (above), or a
 -- foreign key to its key was added after it (its new referencing column, triggers and index were
 -- never made: the index step asked for an index on a column that did not exist: the tenth
@@ -1966,6 +2036,13 @@ BEGIN
             USING ERRCODE = '55000',
                   DETAIL = array_to_string(gone, E'\n'),
                   HINT = 'Rename it back (ALTER TABLE ... RENAME COLUMN), then call this again: nothing was changed, and rows written meanwhile are filled by the sweeps. Rename it after the conversion is finished.';
+    END IF;
+    late := ARRAY(SELECT _pg_shard_id.orphaned_references(tbl));
+    IF cardinality(late) > 0 THEN
+        RAISE EXCEPTION 'pg_shard_id: a foreign key to the key of % was dropped after its prepare', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = 'The conversion''s new column and triggers stay on the table that had it: ' || array_to_string(late, '; ') || ' drops them (with their index and CHECKs).',
+                  HINT = 'Add the foreign key again, or drop its new column, then call this again; abandoning the conversion drops them too. Nothing was changed.';
     END IF;
     late := ARRAY(SELECT format('column %s.%I', cc.rel, cc.old_column)
                     FROM _pg_shard_id.conversions c,
@@ -2059,6 +2136,16 @@ BEGIN
     IF NOT pg_has_role((SELECT relowner FROM pg_class WHERE oid = tbl), 'USAGE') THEN
         RAISE EXCEPTION 'pg_shard_id: only the owner of % can convert it', tbl USING ERRCODE = '42501';
     END IF;
+    -- One prepare at a time, each reading what the others committed: two at once both planned
+    -- before either had written, and the second twinned the first one's twins (the nineteenth
+    -- review). Under REPEATABLE READ every read would see the snapshot from before the wait, as
+    -- in abandoning: refused.
+    IF current_setting('transaction_isolation') <> 'read committed' THEN
+        RAISE EXCEPTION 'pg_shard_id: preparing a conversion runs only at READ COMMITTED, not %', current_setting('transaction_isolation')
+            USING ERRCODE = '25000',
+                  HINT = 'It reads the catalog and the other conversions after it waits for them, which a snapshot taken before would not show: BEGIN ISOLATION LEVEL READ COMMITTED; CALL shard_id_convert_prepare(...); COMMIT; (or SET default_transaction_isolation = ''read committed'' first). Nothing was changed.';
+    END IF;
+    PERFORM pg_advisory_xact_lock('_pg_shard_id.conversions'::regclass::oid::bigint);
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
     -- the record of a dropped table whose oid came back, or of a conversion whose column was
     -- dropped by hand, is stale
@@ -2128,6 +2215,7 @@ LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp SET lock_timeout = '10s' 
 DECLARE
     state _pg_shard_id.conversions;
     x record;
+    orphan text;
 BEGIN
     IF tbl IS NULL THEN
         RAISE EXCEPTION 'pg_shard_id: shard_id_convert_abandon takes no NULL argument' USING ERRCODE = '22004';
@@ -2189,6 +2277,10 @@ BEGIN
     FOR x IN SELECT DISTINCT cc.top, cc.new_column FROM _pg_shard_id.conversion_columns(tbl, state.key_column, state.new_column) cc
               WHERE cc.rel = cc.top AND cc.new_attnum IS NOT NULL LOOP
         EXECUTE format('ALTER TABLE %s DROP COLUMN %I', x.top, x.new_column);
+    END LOOP;
+    -- (and on a table whose foreign key was dropped since the prepare: the nineteenth review)
+    FOREACH orphan IN ARRAY ARRAY(SELECT _pg_shard_id.orphaned_references(tbl)) LOOP
+        EXECUTE orphan;
     END LOOP;
     DELETE FROM _pg_shard_id.conversion_deleted d WHERE d.relid = tbl;
     DELETE FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
@@ -2416,6 +2508,14 @@ BEGIN
     EXCEPTION WHEN lock_not_available THEN
         PERFORM pg_sleep(0.1);
         RETURN true;
+    -- (abandoned while this batch waited for its lock: its statement names a column dropped
+    -- meanwhile, the nineteenth review)
+    WHEN undefined_column THEN
+        IF NOT EXISTS (SELECT FROM _pg_shard_id.conversions c WHERE c.relid = tbl AND c.started_at = state.started_at) THEN
+            RAISE EXCEPTION 'pg_shard_id: the conversion of % was abandoned while its batches ran', tbl
+                USING ERRCODE = '55000', HINT = 'Nothing is left of it; prepare it again to convert.';
+        END IF;
+        RAISE;
     END;
     UPDATE _pg_shard_id.conversions c
        SET next_block = state.next_block + step, rows_done = rows_done + done, updated_at = clock_timestamp(),
@@ -3382,6 +3482,7 @@ COMMENT ON FUNCTION _pg_shard_id.conversion_validations(regclass) IS 'The foreig
 COMMENT ON FUNCTION _pg_shard_id.swap(regclass, text) IS 'The swap of a conversion: its locks, its inventory read again under them, every swap step in order, in one transaction.';
 COMMENT ON FUNCTION _pg_shard_id.wait_for_older_transactions(regclass) IS 'Waits, 10 s at most (55P03), until no other session of the database (or walsender) holds a snapshot older than the swap: through one, the key would read NULL after it.';
 COMMENT ON FUNCTION _pg_shard_id.refusals_after_the_batches(_pg_shard_id.conversion_step[]) IS 'The refusals of a conversion''s plan that still stop it after its batches (the finish''s and the swap''s): all but the batches'' triggers and publications.';
+COMMENT ON FUNCTION _pg_shard_id.orphaned_references(regclass) IS 'The statements that drop what a conversion''s prepare made on a table whose foreign key to the key was dropped since (its triggers, then its new column).';
 COMMENT ON PROCEDURE shard_id_convert_abandon(regclass) IS 'Abandons a conversion before its swap: drops its triggers and new columns (with their twin indexes and CHECKs) and its progress row; the table is as it was before the prepare.';
 COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap block, counted in the first 8 blocks: the batch size of a table never analyzed.';
 COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE and UPDATE OF the key triggers of a table being converted: record the new ids of rows deleted or given another key, so that rows referencing one inserted again with its old key follow it (SECURITY DEFINER; reads only the new id, by field selection; records only for a trigger on the table being converted).';

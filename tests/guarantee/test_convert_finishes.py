@@ -1111,3 +1111,134 @@ def test_two_long_referencing_columns_that_begin_alike_convert(cluster, db):
         for column in (first, second):
             assert one(conn, f"SELECT count(*) FROM purchase_lines l JOIN purchases p ON p.id = l.{column} "
                              "WHERE l.purchase_id = p.id") == one(conn, "SELECT count(*) FROM purchase_lines WHERE id % 3 = 0")
+
+
+def test_a_name_the_conversion_would_give_that_is_taken_is_refused(cluster, db):
+    """On 018ce48 a CHECK named like the twin the conversion gives another (pos_shard_id_twin)
+    was taken for that twin: the twin was never made, and every finish failed at the swap (the
+    nineteenth review). The plan and the prepare refuse a name that is taken, before anything
+    changes; renamed, it converts."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("ALTER TABLE purchases ADD CONSTRAINT pos CHECK (id > 0), "
+                     "ADD CONSTRAINT pos_shard_id_twin CHECK (amount > -5)")
+        refused_before_anything_changed(conn, "name taken", "pos_shard_id_twin")
+        conn.execute("ALTER TABLE purchases RENAME CONSTRAINT pos_shard_id_twin TO amount_floor")
+        prepare(conn)
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'pos'") == "CHECK ((id > 0))"
+
+
+def test_two_lookup_indexes_named_alike_are_refused(cluster, db):
+    """On 018ce48 two referencing tables whose lookup indexes derive one name ("user" with
+    group_owner_id, user_group with owner_id: user_group_owner_id_shard_id_idx both) were
+    accepted, and the index step failed on the second every time: the batches refused forever
+    (the nineteenth review). The plan refuses the name given twice."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute('CREATE TABLE "user" (id bigserial PRIMARY KEY, group_owner_id bigint REFERENCES purchases)')
+        conn.execute("CREATE TABLE user_group (id bigserial PRIMARY KEY, owner_id bigint REFERENCES purchases)")
+        refused_before_anything_changed(conn, "name taken", "user_group_owner_id_shard_id_idx",
+                                        ("purchases", "purchase_lines", '"user"', "user_group"))
+
+
+def test_two_referencing_columns_whose_check_names_met_convert(cluster, db):
+    """On 018ce48 a referencing column a's NOT NULL CHECK (shard_id_convert_nn_a_shard_id) had the
+    name of column nn_a's CHECK: the second was never made, and every finish failed at the swap
+    (the nineteenth review). The NOT NULL CHECK has a suffix of its own now."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("CREATE TABLE pairs (id bigserial PRIMARY KEY, a bigint NOT NULL REFERENCES purchases, "
+                     "nn_a bigint REFERENCES purchases)")
+        conn.execute("INSERT INTO pairs (a, nn_a) SELECT id, id FROM purchases LIMIT 40")
+        prepare(conn)
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT count(*) FROM pairs x JOIN purchases p ON p.id = x.a JOIN purchases q ON q.id = x.nn_a") == 40
+
+
+def test_two_prepares_at_once_are_one_after_the_other(cluster, db):
+    """On 018ce48 two prepares of tables that one table references, run at once, both planned
+    before either wrote: both were accepted, the second twinned the first one's twin index, and
+    its swap failed forever (the nineteenth review). Prepares run one at a time now: the second
+    sees the first and refuses (two conversions share a table). Under REPEATABLE READ the prepare
+    refuses (25000)."""
+    with cluster.connect(db) as conn, cluster.connect(db) as holder:
+        base_schema(conn)
+        conn.execute("CREATE TABLE vendors (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now() - interval '1 day')")
+        conn.execute("INSERT INTO vendors DEFAULT VALUES")
+        conn.execute("CREATE SEQUENCE vendors_shard_id_seq")
+        conn.execute("ALTER TABLE purchase_lines ADD COLUMN vendor_id bigint REFERENCES vendors")
+        conn.execute("CREATE INDEX lines_both ON purchase_lines (purchase_id, vendor_id)")
+        with pytest.raises(psycopg.errors.InvalidTransactionState):
+            with cluster.connect(db, options="-c default_transaction_isolation=repeatable\\ read") as rr:
+                rr.execute("CALL shard_id_convert_prepare('vendors', 'created_at', 'vendors_shard_id_seq', 5)")
+        holder.execute("BEGIN")
+        holder.execute("LOCK vendors IN ACCESS SHARE MODE")  # (the first prepare waits here, after its plan)
+        outcome = {}
+
+        def prepare_vendors():
+            with cluster.connect(db) as v:
+                try:
+                    v.execute("CALL shard_id_convert_prepare('vendors', 'created_at', 'vendors_shard_id_seq', 5)")
+                    outcome["vendors"] = "done"
+                except psycopg.Error as e:
+                    outcome["vendors"] = e.sqlstate
+        first = threading.Thread(target=prepare_vendors)
+        first.start()
+        time.sleep(1)
+        second = {}
+
+        def prepare_purchases():
+            with cluster.connect(db) as p:
+                try:
+                    prepare(p)
+                    second["purchases"] = "done"
+                except psycopg.Error as e:
+                    second["purchases"] = e.sqlstate + " " + str(e) + " " + (e.diag.message_detail or "")
+        then = threading.Thread(target=prepare_purchases)
+        then.start()
+        time.sleep(1)
+        holder.execute("COMMIT")
+        first.join()
+        then.join()
+        assert outcome["vendors"] == "done", outcome
+        assert second["purchases"].startswith("0A000") and "vendors" in second["purchases"], second
+        assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 1
+
+
+def test_a_foreign_key_dropped_after_the_prepare_leaves_nothing_behind(cluster, db):
+    """On 018ce48 a foreign key to the key dropped after the prepare left its table with the new
+    column, both ALWAYS triggers writing placeholders and the NOT NULL CHECK, after the finish and
+    after abandoning: an insert of a NULL reference then failed (the nineteenth review). Every
+    step refuses now, naming the statements that drop them; abandoning drops them itself."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        prepare_with_twin_indexes(conn)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        conn.execute("ALTER TABLE purchase_lines DROP CONSTRAINT purchase_lines_purchase_id_fkey")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert "was dropped after its prepare" in str(refused.value)
+        assert "DROP TRIGGER" in refused.value.diag.message_detail, refused.value.diag.message_detail
+        conn.execute("CALL shard_id_convert_abandon('purchases')")
+        assert "purchase_id_shard_id" not in columns(conn, "purchase_lines")
+        assert one(conn, "SELECT count(*) FROM pg_trigger WHERE tgrelid = 'purchase_lines'::regclass AND NOT tgisinternal") == 0
+        conn.execute("ALTER TABLE purchase_lines ALTER purchase_id DROP NOT NULL")
+        conn.execute("INSERT INTO purchase_lines (purchase_id) VALUES (NULL)")
+
+
+def test_a_check_not_enforced_stays_not_enforced(cluster, db):
+    """On 018ce48 (PostgreSQL 18) a NOT ENFORCED CHECK on the key came back enforced after the
+    swap: its twin was added NOT VALID and validated (the nineteenth review)."""
+    with cluster.connect(db) as conn:
+        if one(conn, "SELECT current_setting('server_version_num')::int") < 180000:
+            pytest.skip("NOT ENFORCED CHECKs are PostgreSQL 18's")
+        base_schema(conn)
+        conn.execute("ALTER TABLE purchases ADD CONSTRAINT id_small CHECK (id < 100) NOT ENFORCED")
+        prepare(conn)
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT conenforced FROM pg_constraint WHERE conname = 'id_small'") is False
+        conn.execute("INSERT INTO purchases (created_at, item) VALUES (now(), 'after')")
