@@ -774,6 +774,12 @@ BEGIN
             steps := steps || _pg_shard_id.step(0, 'prepare', 'old key column', format('column %s.%I', c.rel, c.new_column), 'refuse', NULL, NULL,
                                                 format('the conversion gives the new column of %s.%I this name, and it is taken', c.rel, c.old_column), false);
         END IF;
+        -- (the name the swap keeps the old column under, and the key's new column, among the
+        -- names the conversion gives: a new referencing column named like another column's kept
+        -- name stranded the finish, the twentieth review)
+        made := made || jsonb_build_object('kind', 'column', 'scope', c.rel::oid, 'name', c.kept_as, 'checked', true)
+                     || CASE WHEN c.role = 'key' THEN jsonb_build_object('kind', 'column', 'scope', c.rel::oid, 'name', c.new_column, 'checked', true)
+                             ELSE '[]'::jsonb END;
         IF EXISTS (SELECT FROM pg_attribute WHERE attrelid = c.rel AND attname = c.kept_as AND NOT attisdropped) THEN
             steps := steps || _pg_shard_id.step(0, 'prepare', 'old key column', format('column %s.%I', c.rel, c.kept_as), 'refuse', NULL,
                                                 format('ALTER TABLE %s RENAME COLUMN %I TO ...', c.rel, c.kept_as),
@@ -1620,10 +1626,14 @@ BEGIN
                             (VALUES ('trigger', fill_trigger), ('trigger', _pg_shard_id.derived_name(fill_trigger, '_deleted')),
                                     ('trigger', _pg_shard_id.derived_name(fill_trigger, '_rekeyed')),
                                     ('constraint', new_check), ('constraint', floor_check)) v(k, n));
-    FOR x IN SELECT e ->> 'kind' AS kind, (e ->> 'scope')::oid AS scope, e ->> 'name' AS name, count(*) AS times
+    FOR x IN SELECT e ->> 'kind' AS kind, (e ->> 'scope')::oid AS scope, e ->> 'name' AS name, count(*) AS times,
+                    bool_or(coalesce((e ->> 'checked')::boolean, false)) AS checked
                FROM jsonb_array_elements(made) e
               WHERE NOT prepared
               GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 LOOP
+        -- (a name whose own rule refuses it when taken, the kept old column's and the new key
+        -- column's: only when given twice)
+        CONTINUE WHEN x.checked AND x.times = 1;
         what := CASE x.kind WHEN 'relation' THEN format('relation %I.%I', (SELECT nspname FROM pg_namespace WHERE oid = x.scope), x.name)
                             ELSE format('%s %I on %s', x.kind, x.name, x.scope::regclass) END;
         why := CASE WHEN x.times > 1 THEN 'the conversion would give this name to two of its objects (derived from two objects'' names that begin alike)'
@@ -1894,9 +1904,12 @@ LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 2 SET search_path = pg_catalog, pg
          WHERE t.tgfoid = '_pg_shard_id.conversion_fill_reference()'::regprocedure AND t.tgparentid = 0
            AND pg_has_role(k.relowner, 'USAGE')
            AND (_pg_shard_id.trigger_arguments(t.tgargs, t.tgnargs))[3] = tbl::oid::text
-           AND t.tgrelid NOT IN (SELECT r.rel FROM _pg_shard_id.conversions c,
-                                        _pg_shard_id.conversion_references(tbl, c.key_column, c.new_column) r
-                                  WHERE c.relid = tbl)
+           -- (by table and column: a table that keeps another foreign key to the key is still
+           -- listed by the foreign keys, the twentieth review)
+           AND (t.tgrelid, (_pg_shard_id.trigger_arguments(t.tgargs, t.tgnargs))[1])
+               NOT IN (SELECT r.rel, r.fk_column::text FROM _pg_shard_id.conversions c,
+                              _pg_shard_id.conversion_references(tbl, c.key_column, c.new_column) r
+                        WHERE c.relid = tbl)
     )
     SELECT statement FROM (
         SELECT 1 AS k, format('DROP TRIGGER %I ON %s', o.tgname, o.rel) AS statement FROM orphans o
@@ -1927,6 +1940,24 @@ BEGIN
             USING ERRCODE = '55000',
                   DETAIL = 'The conversion''s new column and triggers stay on the table that had it: ' || array_to_string(late, '; ') || ' drops them (with their index and CHECKs).',
                   HINT = 'Add the foreign key again, or drop its new column, then call this again; abandoning the conversion drops them too. Nothing was changed.';
+    END IF;
+    -- a referencing table that has the new column but not the triggers that fill it: a
+    -- partition detached after the prepare (PostgreSQL drops the cloned triggers, and its
+    -- foreign key becomes its own), whose writers then left the new column NULL, and whose swap
+    -- failed on every retry (the twentieth review)
+    late := ARRAY(SELECT format('%s.%I', r.rel, r.fk_column)
+                    FROM _pg_shard_id.conversions c, _pg_shard_id.conversion_references(tbl, c.key_column, c.new_column) r
+                   WHERE c.relid = tbl AND c.phase <> 'finished'
+                     AND EXISTS (SELECT FROM pg_attribute a WHERE a.attrelid = r.rel AND a.attname = r.fk_new_column AND NOT a.attisdropped)
+                     AND NOT EXISTS (SELECT FROM pg_trigger t
+                                      WHERE t.tgrelid = r.rel AND t.tgfoid = '_pg_shard_id.conversion_fill_reference()'::regprocedure
+                                        AND (_pg_shard_id.trigger_arguments(t.tgargs, t.tgnargs))[1] = r.fk_column)
+                   ORDER BY 1);
+    IF cardinality(late) > 0 THEN
+        RAISE EXCEPTION 'pg_shard_id: a table that references the key of % lost the conversion''s triggers after its prepare', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = 'No trigger fills the new column of ' || array_to_string(late, ', ') || ' (a partition detached from a referencing table drops them).',
+                  HINT = 'Attach the partition again (ALTER TABLE ... ATTACH PARTITION), or abandon the conversion (CALL shard_id_convert_abandon(...)) and prepare it again. Nothing was changed.';
     END IF;
     late := ARRAY(SELECT format('column %s.%I', cc.rel, cc.old_column)
                     FROM _pg_shard_id.conversions c,
@@ -2029,7 +2060,14 @@ BEGIN
             USING ERRCODE = '25000',
                   HINT = 'It reads the catalog and the other conversions after it waits for them, which a snapshot taken before would not show: BEGIN ISOLATION LEVEL READ COMMITTED; CALL shard_id_convert_prepare(...); COMMIT; (or SET default_transaction_isolation = ''read committed'' first). Nothing was changed.';
     END IF;
-    PERFORM pg_advisory_xact_lock('_pg_shard_id.conversions'::regclass::oid::bigint);
+    -- (two keys: a space no one-key advisory lock of an application shares; 1885827945 is
+    -- 'pgsi' in ASCII)
+    BEGIN
+        PERFORM pg_advisory_xact_lock(1885827945, 1);
+    EXCEPTION WHEN lock_not_available THEN
+        RAISE EXCEPTION 'pg_shard_id: another conversion''s prepare has held its turn for 10 s' USING ERRCODE = '55P03',
+            HINT = 'pg_locks shows the session (locktype advisory, classid 1885827945, objid 1); call again when it has ended. Nothing was changed.';
+    END;
     SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
     -- the record of a dropped table whose oid came back, or of a conversion whose column was
     -- dropped by hand, is stale
@@ -2151,6 +2189,12 @@ BEGIN
     -- an index of the whole row made since the prepare: DROP COLUMN keeps it, built over rows
     -- that had the new column, and index scans would miss rows (the sixteenth review)
     PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.kind = 'index of the whole row'));
+    -- what the prepare made for a foreign key dropped since, found by its triggers: before the
+    -- loop below drops the triggers of every table that still references the key (a table that
+    -- keeps another foreign key kept the dropped one's column and CHECKs: the twentieth review)
+    FOREACH orphan IN ARRAY ARRAY(SELECT _pg_shard_id.orphaned_references(tbl)) LOOP
+        EXECUTE orphan;
+    END LOOP;
     FOR x IN SELECT t.tgname, t.tgrelid::regclass AS rel FROM pg_trigger t
               WHERE t.tgfoid IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure,
                                  '_pg_shard_id.conversion_note_deleted()'::regprocedure)
@@ -2161,10 +2205,6 @@ BEGIN
     FOR x IN SELECT DISTINCT cc.top, cc.new_column FROM _pg_shard_id.conversion_columns(tbl, state.key_column, state.new_column) cc
               WHERE cc.rel = cc.top AND cc.new_attnum IS NOT NULL LOOP
         EXECUTE format('ALTER TABLE %s DROP COLUMN %I', x.top, x.new_column);
-    END LOOP;
-    -- (and on a table whose foreign key was dropped since the prepare: the nineteenth review)
-    FOREACH orphan IN ARRAY ARRAY(SELECT _pg_shard_id.orphaned_references(tbl)) LOOP
-        EXECUTE orphan;
     END LOOP;
     DELETE FROM _pg_shard_id.conversion_deleted d WHERE d.relid = tbl;
     DELETE FROM _pg_shard_id.conversions c WHERE c.relid = tbl;

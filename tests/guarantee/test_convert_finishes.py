@@ -1242,3 +1242,59 @@ def test_a_check_not_enforced_stays_not_enforced(cluster, db):
         assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
         assert one(conn, "SELECT conenforced FROM pg_constraint WHERE conname = 'id_small'") is False
         conn.execute("INSERT INTO purchases (created_at, item) VALUES (now(), 'after')")
+
+
+def test_one_of_two_foreign_keys_of_a_table_dropped_after_the_prepare_leaves_nothing_behind(cluster, db):
+    """On 006cc4f the leftovers of a foreign key dropped after the prepare were found by table:
+    a table that kept another foreign key to the key was not searched, and abandoning left the
+    dropped one's new column and CHECKs behind (an insert then failed them), the finish its
+    triggers (the twentieth review). They are found by table and column now."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("ALTER TABLE purchase_lines ADD COLUMN refund_of bigint CONSTRAINT lines_refund_fk REFERENCES purchases")
+        conn.execute("UPDATE purchase_lines SET refund_of = purchase_id WHERE id % 4 = 0")
+        prepare_with_twin_indexes(conn)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        conn.execute("ALTER TABLE purchase_lines DROP CONSTRAINT lines_refund_fk")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert "refund_of_shard_id" in refused.value.diag.message_detail, refused.value.diag.message_detail
+        conn.execute("CALL shard_id_convert_abandon('purchases')")
+        assert [c for c in columns(conn, "purchase_lines") if "shard_id" in c] == []
+        assert one(conn, "SELECT count(*) FROM pg_constraint WHERE conrelid = 'purchase_lines'::regclass AND conname LIKE 'shard_id%'") == 0
+        conn.execute("INSERT INTO purchase_lines (purchase_id, refund_of) VALUES (1, 1)")
+
+
+def test_a_new_referencing_column_named_like_a_kept_column_is_refused(cluster, db):
+    """On 006cc4f a referencing column purchase_id_before got the new column
+    purchase_id_before_shard_id, the name the swap keeps the old purchase_id under: the plan
+    accepted it and the finish refused every time (the twentieth review). The plan refuses the
+    name given twice."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        conn.execute("ALTER TABLE purchase_lines ADD COLUMN purchase_id_before bigint REFERENCES purchases")
+        refused_before_anything_changed(conn, "name taken", "purchase_id_before_shard_id")
+
+
+def test_a_partition_of_a_referencing_table_detached_after_the_prepare_stops_the_finish(cluster, db):
+    """On 006cc4f a partition of a partitioned referencing table detached after the prepare lost
+    the conversion's triggers (PostgreSQL drops the clones) and became a referencing table of its
+    own: its writers left the new column NULL and the swap failed on every retry (the twentieth
+    review). Every step refuses now, naming it and the way out; abandoning goes on."""
+    with cluster.connect(db) as conn:
+        if one(conn, "SELECT current_setting('server_version_num')::int") < 180000:
+            pytest.skip("PostgreSQL 15-17 refuse a partitioned referencing table (the swap's NOT VALID foreign key)")
+        base_schema(conn)
+        conn.execute("CREATE TABLE events (id int, region int, purchase_id bigint REFERENCES purchases, PRIMARY KEY (id, region)) "
+                     "PARTITION BY LIST (region)")
+        conn.execute("CREATE TABLE events_1 PARTITION OF events FOR VALUES IN (1)")
+        conn.execute("CREATE TABLE events_2 PARTITION OF events FOR VALUES IN (2)")
+        conn.execute("CREATE INDEX ON events (purchase_id)")
+        conn.execute("INSERT INTO events SELECT g, 1 + g % 2, 1 + g % 50 FROM generate_series(1, 100) g")
+        prepare_with_twin_indexes(conn)
+        conn.execute("ALTER TABLE events DETACH PARTITION events_2")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute("CALL shard_id_convert('purchases', 700)")
+        assert "events_2" in refused.value.diag.message_detail, refused.value.diag.message_detail
+        conn.execute("CALL shard_id_convert_abandon('purchases')")
+        assert "shard_id" not in columns(conn, "purchases")
