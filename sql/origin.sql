@@ -49,25 +49,3 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION _pg_shard_id.record_origin() FROM PUBLIC;
 
--- What next_shard_id reads before a backend's first id: the earliest recorded epoch (Unix ms;
--- NULL without rows), then the system identifiers. Called by OID like record_origin(), and
--- SECURITY DEFINER with its names resolved when it was created, so that no role's search_path
--- or privileges change what it reads.
-CREATE FUNCTION _pg_shard_id.read_origin() RETURNS bigint[]
-    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
-BEGIN ATOMIC
-    SELECT ARRAY[(extract(epoch FROM min(o.epoch)) * 1000)::bigint]
-           || array_agg(DISTINCT o.system_identifier)
-    FROM _pg_shard_id.origin o;
-END;
-REVOKE EXECUTE ON FUNCTION _pg_shard_id.read_origin() FROM PUBLIC;
-
--- The databases of the rows (0 for a row recorded before 0.5.0, which did not say), read with
--- read_origin() and in the same way.
-CREATE FUNCTION _pg_shard_id.origin_databases() RETURNS oid[]
-    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
-BEGIN ATOMIC
-    SELECT coalesce(array_agg(DISTINCT coalesce(o.database, 0::oid)), '{}')
-    FROM _pg_shard_id.origin o;
-END;
-REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;

@@ -14,6 +14,13 @@
 -- * the forms that use the current key are PARALLEL RESTRICTED: a parallel worker could read a
 --   newer key file than its leader;
 -- * _pg_shard_id.mask_keys records each key id's check value (shard_id_mask_keys_record()).
+--
+-- A backend's first id reads _pg_shard_id.origin itself (src/origin.rs, issue 57): the two SQL
+-- functions it called, each planned again by every new backend, are gone (nothing else called
+-- them, and no role could: EXECUTE was granted to none).
+
+DROP FUNCTION _pg_shard_id.read_origin();
+DROP FUNCTION _pg_shard_id.origin_databases();
 
 ALTER FUNCTION shard_id_mask(bigint, text) PARALLEL RESTRICTED;
 ALTER FUNCTION shard_id_unmask(bigint, text) PARALLEL RESTRICTED;

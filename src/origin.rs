@@ -29,7 +29,7 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
         return;
     }
     let now = crate::clock::now_unix_ms();
-    let Some(read_origin) = member_function("_pg_shard_id.read_origin()") else {
+    let Some(recorded) = read_recorded() else {
         // The SQL of a version before 0.4.0 (ALTER EXTENSION ... UPDATE not run yet): nothing is
         // recorded. On a server whose data directory started without a lease file (a new
         // cluster: the target of pg_upgrade or of a restore), the ids may have been made
@@ -44,19 +44,6 @@ pub fn check(table: &SlotTable, epoch_unix_ms: i64) {
         }
         CHECKED.store(true, Ordering::Relaxed);
         return;
-    };
-    // SAFETY: a function of this extension (checked by member_function) returning bigint[].
-    let rows = unsafe { call_array::<i64>(read_origin) };
-    // (the SQL before 0.5.0 has no origin_databases(): None)
-    let databases = member_function("_pg_shard_id.origin_databases()").map(|oid| {
-        // SAFETY: a function of this extension (checked by member_function) returning oid[].
-        let oids = unsafe { call_array::<pg_sys::Oid>(oid) };
-        oids.into_iter().flatten().map(|oid| oid.to_u32()).collect()
-    });
-    let recorded = Recorded {
-        epoch_unix_ms: rows.first().copied().flatten(),
-        system_identifiers: rows.iter().skip(1).flatten().copied().collect(),
-        databases,
     };
     let here = Here {
         // SAFETY: reads the control file's copy in shared memory, set at start-up.
@@ -155,19 +142,98 @@ fn member_function(signature: &str) -> Option<pg_sys::Oid> {
     (owner == ours && ours != pg_sys::InvalidOid).then_some(oid)
 }
 
-/// Calls `function` through the function manager: one of this extension's origin functions,
-/// which take no arguments and return an array that is never NULL (empty without rows).
-///
-/// # Safety
-/// `function` must be such a function, returning an array of `T`.
-unsafe fn call_array<T>(function: pg_sys::Oid) -> Vec<Option<T>>
-where
-    Vec<Option<T>>: FromDatum,
-{
-    // SAFETY: the caller's contract.
+/// The rows of `_pg_shard_id.origin`, read as the extension: a scan of its heap under the
+/// caller's snapshot (what the SQL functions `_pg_shard_id.read_origin()` and
+/// `origin_databases()` of 0.4.0 to 0.6.0 returned).
+/// Not through them: each new backend planned both SQL functions (and the queries that found
+/// them) before its first id, more than half of what that first id cost beyond `nextval()`'s
+/// (issue 57). `None` when the table is not there, or not this extension's (the SQL of a version
+/// before 0.4.0); `databases` is `None` without its `database` column (before 0.5.0).
+fn read_recorded() -> Option<Recorded> {
+    // SAFETY: catalog lookups by name and by oid, in a transaction (the caller's); the table is
+    // opened under AccessShareLock (kept to the transaction's end, as a query's), scanned with
+    // a snapshot that stays valid for the scan (the active one, or the transaction's), and
+    // closed; after an ERROR the transaction's abort releases the scan.
     unsafe {
-        let datum = pg_sys::OidFunctionCall0Coll(function, pg_sys::InvalidOid);
-        Vec::<Option<T>>::from_datum(datum, false).unwrap_or_default()
+        let schema = pg_sys::get_namespace_oid(c"_pg_shard_id".as_ptr(), true);
+        if schema == pg_sys::InvalidOid {
+            return None;
+        }
+        let relid = pg_sys::get_relname_relid(c"origin".as_ptr(), schema);
+        if relid == pg_sys::InvalidOid
+            || pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, relid)
+                != pg_sys::get_extension_oid(c"pg_shard_id".as_ptr(), true)
+        {
+            return None;
+        }
+        let column = |name: &std::ffi::CStr| {
+            usize::try_from(pg_sys::get_attnum(relid, name.as_ptr()))
+                .ok()
+                .and_then(|n| n.checked_sub(1))
+        };
+        let (Some(epoch_at), Some(server_at)) = (column(c"epoch"), column(c"system_identifier"))
+        else {
+            return None;
+        };
+        let database_at = column(c"database");
+        let relation = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        let snapshot = if pg_sys::ActiveSnapshotSet() {
+            pg_sys::GetActiveSnapshot()
+        } else {
+            pg_sys::GetTransactionSnapshot()
+        };
+        let scan = pg_sys::systable_beginscan(
+            relation,
+            pg_sys::InvalidOid,
+            false,
+            snapshot,
+            0,
+            std::ptr::null_mut(),
+        );
+        let width = usize::try_from((*(*relation).rd_att).natts).unwrap_or(0);
+        let mut values = vec![pg_sys::Datum::from(0usize); width];
+        let mut nulls = vec![true; width];
+        let mut earliest_micros: Option<i64> = None;
+        let mut servers = std::collections::BTreeSet::new();
+        let mut databases = std::collections::BTreeSet::new();
+        loop {
+            let tuple = pg_sys::systable_getnext(scan);
+            if tuple.is_null() {
+                break;
+            }
+            pg_sys::heap_deform_tuple(
+                tuple,
+                (*relation).rd_att,
+                values.as_mut_ptr(),
+                nulls.as_mut_ptr(),
+            );
+            // (timestamptz and bigint are by value: the datum is the number)
+            if !nulls[epoch_at] {
+                let micros = values[epoch_at].value() as i64;
+                earliest_micros = Some(earliest_micros.map_or(micros, |e| e.min(micros)));
+            }
+            if !nulls[server_at] {
+                servers.insert(values[server_at].value() as i64);
+            }
+            if let Some(at) = database_at {
+                // (0 for a row recorded before 0.5.0, which did not say)
+                databases.insert(if nulls[at] {
+                    0
+                } else {
+                    values[at].value() as u32
+                });
+            }
+        }
+        pg_sys::systable_endscan(scan);
+        pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
+        Some(Recorded {
+            // (as those functions did: extract(epoch ...) * 1000 rounded; recorded epochs are whole
+            // milliseconds)
+            epoch_unix_ms: earliest_micros
+                .and_then(pg_shard_id_core::time::pg_micros_to_unix_ms_rounded),
+            system_identifiers: servers.into_iter().collect(),
+            databases: database_at.map(|_| databases.into_iter().collect()),
+        })
     }
 }
 

@@ -277,11 +277,9 @@ mod tests {
              WHERE o.epoch = i.epoch \
                AND o.system_identifier = (SELECT system_identifier FROM pg_control_system())"
         ));
-        for function in ["_pg_shard_id.record_origin()", "_pg_shard_id.read_origin()"] {
-            assert!(!one::<bool>(&format!(
-                "SELECT has_function_privilege('public', '{function}', 'EXECUTE')"
-            )));
-        }
+        assert!(!one::<bool>(
+            "SELECT has_function_privilege('public', '_pg_shard_id.record_origin()', 'EXECUTE')"
+        ));
         assert!(!one::<bool>(
             "SELECT has_table_privilege('public', '_pg_shard_id.origin', 'INSERT, UPDATE, DELETE')"
         ));
@@ -420,8 +418,6 @@ mod tests {
             "shard_id_to_jsonb(anyelement):sss",
             "shard_id_adopt(regclass,name,integer):vu-",
             "_pg_shard_id.record_origin():vu-",
-            "_pg_shard_id.read_origin():su-",
-            "_pg_shard_id.origin_databases():su-",
             "pg_shard_id_stats():vrs",
             "pg_shard_id_stats_reset():vus",
             "shard_id_check():vus",

@@ -107,6 +107,15 @@ pub fn pg_micros_to_unix_ms_ceil(pg_micros: i64) -> Option<i64> {
     Some(us.div_euclid(1000) + i64::from(us.rem_euclid(1000) != 0))
 }
 
+/// A PostgreSQL timestamptz value, rounded to the nearest millisecond (half away from zero, as
+/// PostgreSQL rounds `numeric` to `bigint`), in Unix milliseconds: what
+/// `(extract(epoch FROM t) * 1000)::bigint` gives. `None` on overflow.
+pub fn pg_micros_to_unix_ms_rounded(pg_micros: i64) -> Option<i64> {
+    let us = pg_micros.checked_add(PG_EPOCH_UNIX_MICROS)?;
+    let half = if us >= 0 { 500 } else { -500 };
+    Some(us.checked_add(half)? / 1000)
+}
+
 /// Unix milliseconds as a PostgreSQL timestamptz value (microseconds since 2000-01-01).
 pub fn unix_ms_to_pg_micros(unix_ms: i64) -> Option<i64> {
     unix_ms.checked_mul(1000)?.checked_sub(PG_EPOCH_UNIX_MICROS)
@@ -204,6 +213,19 @@ mod tests {
     #[test]
     fn micros_rounding() {
         // 2000-01-01 00:00:00.0015 UTC
+        assert_eq!(pg_micros_to_unix_ms_rounded(1500), Some(946_684_800_002));
+        assert_eq!(pg_micros_to_unix_ms_rounded(1499), Some(946_684_800_001));
+        assert_eq!(pg_micros_to_unix_ms_rounded(0), Some(946_684_800_000));
+        // before 1970: half away from zero, as numeric to bigint
+        assert_eq!(
+            pg_micros_to_unix_ms_rounded(-PG_EPOCH_UNIX_MICROS - 1500),
+            Some(-2)
+        );
+        assert_eq!(
+            pg_micros_to_unix_ms_rounded(-PG_EPOCH_UNIX_MICROS - 1499),
+            Some(-1)
+        );
+        assert_eq!(pg_micros_to_unix_ms_rounded(i64::MAX), None);
         assert_eq!(pg_micros_to_unix_ms_floor(1500), Some(946_684_800_001));
         assert_eq!(pg_micros_to_unix_ms_ceil(1500), Some(946_684_800_002));
         assert_eq!(pg_micros_to_unix_ms_ceil(2000), Some(946_684_800_002));

@@ -204,8 +204,6 @@ SUPERUSER = {"pg_shard_id_stats_reset()", "shard_id_mask_keys_record()", "shard_
 # the extension's internal functions, each reached through the public one named
 INTERNAL = {
     "_pg_shard_id.record_origin()": "next_shard_id(regclass,integer)",
-    "_pg_shard_id.read_origin()": "next_shard_id(regclass,integer)",
-    "_pg_shard_id.origin_databases()": "shard_id_check()",
 }
 
 
