@@ -88,6 +88,26 @@ vendor_file() {
     return 1
 }
 
+# ensure_debian_packages PACKAGE...: installs those that are missing, without Recommends and
+# without starting their services (policy-rc.d answers 101 during the install): the test suites
+# that use daemons from Debian (Prometheus, the exporter, etcd, Patroni) run their own instances.
+ensure_debian_packages() {
+    local p missing=()
+    for p in "$@"; do
+        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
+    done
+    [ ${#missing[@]} -eq 0 ] && return 0
+    say "installing ${missing[*]} (Debian)"
+    local sudo="" policy=/usr/sbin/policy-rc.d made_policy=""
+    [ "$(id -u)" = 0 ] || sudo="sudo"
+    if [ ! -e "$policy" ]; then
+        printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod +x "$policy" && made_policy=1
+    fi
+    $sudo apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
+    [ -z "$made_policy" ] || $sudo rm -f "$policy"
+}
+
 # Runs a command as the postgres OS user (initdb and the server refuse root) or as is otherwise.
 as_pg() {
     if [ "$(id -u)" = 0 ]; then sudo -u postgres -- "$@"; else "$@"; fi

@@ -875,12 +875,16 @@ def test_a_column_of_an_array_of_the_row_type_is_refused_by_the_plan(cluster, db
         refused_before_anything_changed(conn, "row type used", "snapshots")
 
 
-@pytest.mark.parametrize("check", ["id < 2147483648", "item <> 'legacy' OR id < 100000"])
+@pytest.mark.parametrize("check", ["id < 2147483648", "item <> 'legacy' OR id < 100000", "shard_id <> id"])
 def test_a_check_on_the_key_added_after_the_prepare_is_refused_before_the_finish_adds_its_twin(cluster, db, check):
     """On fe0aff7 a CHECK on the key added after the prepare was carried as a twin, which the
     finish's first step added NOT VALID: PostgreSQL enforced it on new rows at once, and every
     insert failed (CHECK (id < 2^31): the new ids are far above), the validation too (the
-    sixteenth review). The finish refuses it before it adds any twin; writers go on."""
+    sixteenth review). The finish refuses it before it adds any twin; writers go on. On fbe6c4a
+    one that names the new column too (CHECK (shard_id <> id)) was taken for one of the
+    conversion's own CHECKs, which were told by their new column, and got a twin, CHECK (shard_id
+    <> shard_id), that failed every writer (the eighteenth review): they are told by their names
+    and columns, both."""
     with cluster.connect(db) as conn:
         base_schema(conn)
         prepare_with_twin_indexes(conn)
@@ -916,33 +920,45 @@ def test_abandoning_refuses_an_index_of_the_whole_row_made_since_the_prepare(clu
         assert "shard_id" not in columns(conn, "purchases")
 
 
+def abandon_while_it_waits(cluster, db, conn, held, meanwhile, session_sql=None):
+    """Abandoning purchases' conversion while another session holds a lock on `held`, so that it
+    waits for its locks; `meanwhile(conn)` runs during the wait, then that session ends. Returns
+    ("done", "") or (the SQLSTATE, the message and its detail)."""
+    with cluster.connect(db) as reader:
+        reader.execute("BEGIN")
+        reader.execute(f"SELECT count(*) FROM {held}")
+        outcome = {}
+
+        def abandon():
+            with cluster.connect(db) as a:
+                if session_sql:
+                    a.execute(session_sql)
+                try:
+                    a.execute("CALL shard_id_convert_abandon('purchases')")
+                    outcome["abandon"] = ("done", "")
+                except psycopg.Error as e:
+                    outcome["abandon"] = (e.sqlstate, str(e) + " " + (e.diag.message_detail or ""))
+        waiting = threading.Thread(target=abandon)
+        waiting.start()
+        time.sleep(1)  # (abandoning waits for its locks)
+        meanwhile(conn)
+        reader.execute("COMMIT")
+        waiting.join()
+    return outcome["abandon"]
+
+
 def test_abandoning_refuses_a_conversion_that_changed_while_it_waited_for_its_locks(cluster, db):
     """On fe0aff7 abandoning read the conversion's phase before it waited for its locks: a finish
     that swapped meanwhile was then "abandoned", its record deleted and its foreign keys left NOT
     VALID, the table swapped all the same (the sixteenth review). It reads the phase again under
     its locks. (The swap's commit during the wait is stood in for by writing the phase.)"""
-    with cluster.connect(db) as conn, cluster.connect(db) as reader:
+    with cluster.connect(db) as conn:
         base_schema(conn)
         prepare(conn)
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM purchases")  # (a lock abandoning waits for)
-        outcome = {}
-
-        def abandon():
-            with cluster.connect(db) as a:
-                try:
-                    a.execute("CALL shard_id_convert_abandon('purchases')")
-                    outcome["abandon"] = ("done", "")
-                except psycopg.Error as e:
-                    outcome["abandon"] = (e.sqlstate, str(e))
-        waiting = threading.Thread(target=abandon)
-        waiting.start()
-        time.sleep(1)  # (abandoning waits for its locks)
-        conn.execute("UPDATE _pg_shard_id.conversions SET phase = 'finished'")
-        reader.execute("COMMIT")
-        waiting.join()
-        assert outcome["abandon"][0] == "55000", outcome
-        assert "changed while abandoning it waited for its locks (now finished)" in outcome["abandon"][1], outcome
+        outcome = abandon_while_it_waits(cluster, db, conn, "purchases",
+                                         lambda c: c.execute("UPDATE _pg_shard_id.conversions SET phase = 'finished'"))
+        assert outcome[0] == "55000", outcome
+        assert "changed while abandoning it waited for its locks (now finished)" in outcome[1], outcome
         assert "shard_id" in columns(conn, "purchases")
         assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 1
 
@@ -989,33 +1005,20 @@ def test_abandoning_sees_an_index_of_the_whole_row_made_while_it_waited(cluster,
     table's lock was not seen, and the new column was dropped under it (index scans then missed
     rows: the eighteenth review). Abandoning runs only at READ COMMITTED now (25000 otherwise,
     nothing changed); there, it sees the index and refuses, naming it."""
-    with cluster.connect(db) as conn, cluster.connect(db) as reader:
+    with cluster.connect(db) as conn:
         base_schema(conn)
         prepare(conn)
         conn.execute("CREATE FUNCTION purchase_text(p purchases) RETURNS text LANGUAGE sql IMMUTABLE AS $$ SELECT p::text $$")
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM purchase_lines")  # (abandoning locks it first, and waits)
-        outcome = {}
-
-        def abandon():
-            with cluster.connect(db) as a:
-                a.execute(f"SET default_transaction_isolation = '{isolation}'")
-                try:
-                    a.execute("CALL shard_id_convert_abandon('purchases')")
-                    outcome["abandon"] = ("done", "")
-                except psycopg.Error as e:
-                    outcome["abandon"] = (e.sqlstate, str(e) + " " + (e.diag.message_detail or ""))
-        waiting = threading.Thread(target=abandon)
-        waiting.start()
-        time.sleep(1)
-        conn.execute("CREATE INDEX purchases_text ON purchases (purchase_text(purchases))")
-        reader.execute("COMMIT")
-        waiting.join()
+        # (abandoning locks the referencing table first, and waits there)
+        outcome = abandon_while_it_waits(
+            cluster, db, conn, "purchase_lines",
+            lambda c: c.execute("CREATE INDEX purchases_text ON purchases (purchase_text(purchases))"),
+            session_sql=f"SET default_transaction_isolation = '{isolation}'")
         expected = "0A000" if isolation == "read committed" else "25000"
-        assert outcome["abandon"][0] == expected, outcome
+        assert outcome[0] == expected, outcome
         assert "shard_id" in columns(conn, "purchases"), "abandoned under an index of the whole row"
         if isolation == "read committed":
-            assert "purchases_text" in outcome["abandon"][1], outcome
+            assert "purchases_text" in outcome[1], outcome
 
 
 def test_abandoning_goes_on_while_the_batches_run(cluster, db):
@@ -1023,55 +1026,16 @@ def test_abandoning_goes_on_while_the_batches_run(cluster, db):
     each batch changes it (rows done, its phase, its time): abandoning while the batches ran was
     refused every time (the eighteenth review). It compares which conversion it is. (A batch's
     commit during the wait is stood in for by writing what a batch writes.)"""
-    with cluster.connect(db) as conn, cluster.connect(db) as reader:
-        base_schema(conn)
-        prepare(conn)
-        reader.execute("BEGIN")
-        reader.execute("SELECT count(*) FROM purchase_lines")
-        outcome = {}
-
-        def abandon():
-            with cluster.connect(db) as a:
-                try:
-                    a.execute("CALL shard_id_convert_abandon('purchases')")
-                    outcome["abandon"] = ("done", "")
-                except psycopg.Error as e:
-                    outcome["abandon"] = (e.sqlstate, str(e))
-        waiting = threading.Thread(target=abandon)
-        waiting.start()
-        time.sleep(1)
-        conn.execute("UPDATE _pg_shard_id.conversions SET phase = 'filling', next_block = 3, rows_done = 400, "
-                     "updated_at = clock_timestamp(), rows_per_second = 1000")
-        reader.execute("COMMIT")
-        waiting.join()
-        assert outcome["abandon"] == ("done", ""), outcome
-        assert "shard_id" not in columns(conn, "purchases")
-        assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 0
-
-
-def test_a_check_of_the_user_that_names_the_new_column_is_not_taken_for_the_conversion_s(cluster, db):
-    """On fbe6c4a a CHECK the user added after the prepare naming both the key and the new column
-    (CHECK (shard_id <> id)) was taken for one of the conversion's own, which are told by their
-    new column: it escaped the refusal of CHECKs spanning the key and other columns and got a
-    twin, CHECK (shard_id <> shard_id), that the finish added NOT VALID and every writer then
-    broke (the eighteenth review). The conversion's own are told by their names and their columns
-    now: the finish refuses the user's before any step, writers go on, and once it is dropped the
-    finish completes."""
     with cluster.connect(db) as conn:
         base_schema(conn)
-        prepare_with_twin_indexes(conn)
-        conn.execute("CALL shard_id_convert('purchases', 700)")
-        conn.execute("ALTER TABLE purchases ADD CONSTRAINT not_the_old CHECK (shard_id <> id)")
-        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
-            conn.execute("CALL shard_id_convert_finish('purchases')")
-        assert "not_the_old" in refused.value.diag.message_detail, refused.value.diag.message_detail
-        conn.execute("INSERT INTO purchases (created_at, item) VALUES (now(), 'during')")
-        assert one(conn, "SELECT count(*) FROM pg_constraint WHERE conrelid = 'purchases'::regclass "
-                         "AND conname LIKE '%twin%'") == 0
-        conn.execute("ALTER TABLE purchases DROP CONSTRAINT not_the_old")
-        conn.execute("CALL shard_id_convert_finish('purchases')")
-        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
-        conn.execute("INSERT INTO purchases (created_at, item) VALUES (now(), 'after')")
+        prepare(conn)
+        outcome = abandon_while_it_waits(
+            cluster, db, conn, "purchase_lines",
+            lambda c: c.execute("UPDATE _pg_shard_id.conversions SET phase = 'filling', next_block = 3, rows_done = 400, "
+                                "updated_at = clock_timestamp(), rows_per_second = 1000"))
+        assert outcome == ("done", ""), outcome
+        assert "shard_id" not in columns(conn, "purchases")
+        assert one(conn, "SELECT count(*) FROM _pg_shard_id.conversions") == 0
 
 
 def test_a_virtual_generated_column_of_a_published_table_is_refused(cluster, db):

@@ -43,19 +43,6 @@ stop_all() {
 }
 trap stop_all EXIT
 
-ensure_packages() {
-    local p missing=()
-    for p in prometheus prometheus-postgres-exporter; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    say "installing ${missing[*]} (Debian)"
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-}
-
 # wait_http URL SECONDS: until URL answers 200
 wait_http() {
     local i
@@ -97,7 +84,7 @@ wait_for() {
 }
 positive() { python3 -c 'import sys; print("yes" if sys.argv[1] and float(sys.argv[1]) > 0 else "no: " + sys.argv[1])' "$1"; }
 
-ensure_packages
+ensure_debian_packages prometheus prometheus-postgres-exporter
 rm -rf "$WORK" && mkdir -p "$WORK"
 say "$(prometheus-postgres-exporter --version 2>&1 | head -1), $(prometheus --version 2>&1 | head -1)"
 check "promtool check rules monitoring/alerts.yaml" \

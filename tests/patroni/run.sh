@@ -16,27 +16,8 @@
 source "$(dirname "$0")/../../scripts/lib.sh"
 HERE="$REPO/tests/patroni"
 
-ensure_packages() {
-    local p missing=()
-    for p in patroni python3-etcd etcd-server; do
-        dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")
-    done
-    [ ${#missing[@]} -eq 0 ] && return 0
-    say "installing ${missing[*]} (Debian)"
-    local sudo=""
-    [ "$(id -u)" = 0 ] || sudo="sudo"
-    # (policy-rc.d 101: the packages' services are not started; this test runs its own)
-    local policy=/usr/sbin/policy-rc.d made_policy=""
-    if [ ! -e "$policy" ]; then
-        printf '#!/bin/sh\nexit 101\n' | $sudo tee "$policy" >/dev/null && $sudo chmod +x "$policy" && made_policy=1
-    fi
-    $sudo apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $sudo apt-get install -y -qq --no-install-recommends "${missing[@]}" >/dev/null
-    [ -z "$made_policy" ] || $sudo rm -f "$policy"
-}
-
 select_pg "${PG_MAJOR:-15}"
-ensure_packages
+ensure_debian_packages patroni python3-etcd etcd-server
 VENV="$REPO/target/guarantee/venv"
 ensure_venv "$VENV" "$REPO/tests/guarantee/requirements.txt"
 WORK="$RUN_DIR/patroni"
