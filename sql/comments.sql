@@ -41,6 +41,10 @@ COMMENT ON FUNCTION shard_id_to_jsonb(anyelement) IS
     'to_jsonb(value) with every bigint and bigint[] as JSON strings, so ids survive JavaScript and JSON.parse.';
 COMMENT ON FUNCTION _pg_shard_id.record_origin() IS
     'Internal: records this server and its epoch in _pg_shard_id.origin (next_shard_id calls it).';
+COMMENT ON FUNCTION _pg_shard_id.read_origin() IS
+    'Internal: the earliest recorded epoch (Unix ms), then the recorded servers (the libraries of 0.4.0 to 0.6.0 call it; 0.7.0 reads the table itself).';
+COMMENT ON FUNCTION _pg_shard_id.origin_databases() IS
+    'Internal: the recorded databases, 0 for rows recorded before 0.5.0 (the libraries of 0.5.0 and 0.6.0 call it; 0.7.0 reads the table itself).';
 COMMENT ON FUNCTION pg_shard_id_stats() IS
     'The guard''s statistics per sequence (read them through the view pg_shard_id_stats).';
 COMMENT ON FUNCTION pg_shard_id_stats_reset() IS

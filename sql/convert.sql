@@ -958,9 +958,19 @@ BEGIN
                                                        CASE WHEN r.connoinherit THEN ' NO INHERIT' ELSE '' END,
                                                        CASE WHEN enforced THEN 'NOT VALID' ELSE 'NOT ENFORCED' END)
                              ELSE format('-- after the prepare: %s, on the new column', pg_get_constraintdef(r.oid)) END;
+                -- (the twin is the constraint of that name on the moved columns: another of that
+                -- name, made after the prepare, was taken for it, and the swap then renamed it
+                -- in the CHECK's place: the twentieth review)
+                IF prepared AND NOT finished AND EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = d.rel AND k.conname = twin
+                                                            AND NOT _pg_shard_id.own_constraint(k.oid, tbl, key_column, new_column)) THEN
+                    steps := steps || _pg_shard_id.step(0, 'prepare', 'name taken', format('constraint %I on %s', twin, d.rel), 'refuse', NULL,
+                                                        format('ALTER TABLE %s RENAME CONSTRAINT %I TO ...', d.rel, twin),
+                                                        format('the twin of %s is given this name, and another constraint has it', what), false);
+                END IF;
                 steps := steps || _pg_shard_id.step(500, 'finish', 'check constraint', what, 'build', format('ACCESS EXCLUSIVE on %s, catalog only', d.rel), stmt,
                                                     format('its twin %I, on the new column', twin),
-                                                    EXISTS (SELECT FROM pg_constraint WHERE conrelid = d.rel AND conname = twin) OR finished);
+                                                    EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = d.rel AND k.conname = twin
+                                                               AND _pg_shard_id.own_constraint(k.oid, tbl, key_column, new_column)) OR finished);
                 steps := steps || _pg_shard_id.step(510, 'finish', 'check constraint', what, 'check', format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', d.rel),
                                                     CASE WHEN enforced THEN format('ALTER TABLE %s VALIDATE CONSTRAINT %I', d.rel, twin) END,
                                                     CASE WHEN enforced THEN 'every row, before the swap' ELSE 'NOT ENFORCED: not validated, as the old one' END,
@@ -1202,7 +1212,24 @@ BEGIN
                                                      ELSE format('-- after the prepare: %s, with the new column in place of the old', pg_get_indexdef(c.leaf_index)) END,
                                                 format('its twin %I, swapped in at the finish', c.twin),
                                                 finished OR EXISTS (SELECT FROM pg_class t JOIN pg_index ti ON ti.indexrelid = t.oid
-                                                                     WHERE t.relname = c.twin AND ti.indrelid = c.leaf AND ti.indisvalid));
+                                                                     WHERE t.relname = c.twin AND t.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = c.nspname)
+                                                                       AND ti.indrelid = c.leaf AND ti.indisvalid
+                                                                       AND EXISTS (SELECT FROM pg_depend dd
+                                                                                    WHERE dd.classid = 'pg_class'::regclass AND dd.objid = t.oid
+                                                                                      AND dd.refclassid = 'pg_class'::regclass AND dd.refobjid = c.leaf
+                                                                                      AND dd.refobjsubid = ANY (moves.news))));
+            -- (likewise an index: one of the twin's name that is not on the new columns, made
+            -- after the prepare, was taken for the twin: the twentieth review)
+            IF prepared AND NOT finished AND EXISTS (SELECT FROM pg_class t WHERE t.relname = c.twin
+                                                        AND t.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = c.nspname)
+                                                        AND NOT EXISTS (SELECT FROM pg_index ti JOIN pg_depend dd ON dd.objid = ti.indexrelid
+                                                                          AND dd.classid = 'pg_class'::regclass AND dd.refclassid = 'pg_class'::regclass
+                                                                          AND dd.refobjid = c.leaf AND dd.refobjsubid = ANY (moves.news)
+                                                                         WHERE ti.indexrelid = t.oid AND ti.indrelid = c.leaf)) THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'name taken', format('relation %I.%I', c.nspname, c.twin), 'refuse', NULL,
+                                                    format('ALTER INDEX %I.%I RENAME TO ...', c.nspname, c.twin),
+                                                    format('the twin of index %I.%I is given this name, and another relation has it', c.nspname, c.leaf_index_name), false);
+            END IF;
             IF r.relkind = 'I' AND r.contype IS NOT NULL THEN
                 steps := steps || _pg_shard_id.step(625, 'swap', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build', NULL,
                                                     format('ALTER TABLE %s ADD CONSTRAINT %I %s USING INDEX %I', c.leaf, c.leaf_conname, stmt, c.twin),

@@ -49,3 +49,28 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION _pg_shard_id.record_origin() FROM PUBLIC;
 
+-- What the libraries of 0.4.0 to 0.6.0 read before a backend's first id: the earliest recorded
+-- epoch (Unix ms; NULL without rows), then the system identifiers. 0.7.0's library reads the
+-- table itself (src/origin.rs: each new backend planned these two SQL functions); they stay for
+-- a server that still runs an older library against this SQL (a standby not yet restarted in a
+-- rolling upgrade). Called by OID like record_origin(), and SECURITY DEFINER with its names
+-- resolved when it was created, so that no role's search_path or privileges change what it
+-- reads.
+CREATE FUNCTION _pg_shard_id.read_origin() RETURNS bigint[]
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
+BEGIN ATOMIC
+    SELECT ARRAY[(extract(epoch FROM min(o.epoch)) * 1000)::bigint]
+           || array_agg(DISTINCT o.system_identifier)
+    FROM _pg_shard_id.origin o;
+END;
+REVOKE EXECUTE ON FUNCTION _pg_shard_id.read_origin() FROM PUBLIC;
+
+-- The databases of the rows (0 for a row recorded before 0.5.0, which did not say), read with
+-- read_origin() and in the same way.
+CREATE FUNCTION _pg_shard_id.origin_databases() RETURNS oid[]
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
+BEGIN ATOMIC
+    SELECT coalesce(array_agg(DISTINCT coalesce(o.database, 0::oid)), '{}')
+    FROM _pg_shard_id.origin o;
+END;
+REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;

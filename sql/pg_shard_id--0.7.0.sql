@@ -131,6 +131,31 @@ BEGIN ATOMIC
 END;
 REVOKE EXECUTE ON FUNCTION _pg_shard_id.record_origin() FROM PUBLIC;
 
+-- What the libraries of 0.4.0 to 0.6.0 read before a backend's first id: the earliest recorded
+-- epoch (Unix ms; NULL without rows), then the system identifiers. 0.7.0's library reads the
+-- table itself (src/origin.rs: each new backend planned these two SQL functions); they stay for
+-- a server that still runs an older library against this SQL (a standby not yet restarted in a
+-- rolling upgrade). Called by OID like record_origin(), and SECURITY DEFINER with its names
+-- resolved when it was created, so that no role's search_path or privileges change what it
+-- reads.
+CREATE FUNCTION _pg_shard_id.read_origin() RETURNS bigint[]
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
+BEGIN ATOMIC
+    SELECT ARRAY[(extract(epoch FROM min(o.epoch)) * 1000)::bigint]
+           || array_agg(DISTINCT o.system_identifier)
+    FROM _pg_shard_id.origin o;
+END;
+REVOKE EXECUTE ON FUNCTION _pg_shard_id.read_origin() FROM PUBLIC;
+
+-- The databases of the rows (0 for a row recorded before 0.5.0, which did not say), read with
+-- read_origin() and in the same way.
+CREATE FUNCTION _pg_shard_id.origin_databases() RETURNS oid[]
+    LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog
+BEGIN ATOMIC
+    SELECT coalesce(array_agg(DISTINCT coalesce(o.database, 0::oid)), '{}')
+    FROM _pg_shard_id.origin o;
+END;
+REVOKE EXECUTE ON FUNCTION _pg_shard_id.origin_databases() FROM PUBLIC;
 /* </end connected objects> */
 
 /* <begin connected objects> */
@@ -1100,9 +1125,19 @@ BEGIN
                                                        CASE WHEN r.connoinherit THEN ' NO INHERIT' ELSE '' END,
                                                        CASE WHEN enforced THEN 'NOT VALID' ELSE 'NOT ENFORCED' END)
                              ELSE format('-- after the prepare: %s, on the new column', pg_get_constraintdef(r.oid)) END;
+                -- (the twin is the constraint of that name on the moved columns: another of that
+                -- name, made after the prepare, was taken for it, and the swap then renamed it
+                -- in the CHECK's place: the twentieth review)
+                IF prepared AND NOT finished AND EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = d.rel AND k.conname = twin
+                                                            AND NOT _pg_shard_id.own_constraint(k.oid, tbl, key_column, new_column)) THEN
+                    steps := steps || _pg_shard_id.step(0, 'prepare', 'name taken', format('constraint %I on %s', twin, d.rel), 'refuse', NULL,
+                                                        format('ALTER TABLE %s RENAME CONSTRAINT %I TO ...', d.rel, twin),
+                                                        format('the twin of %s is given this name, and another constraint has it', what), false);
+                END IF;
                 steps := steps || _pg_shard_id.step(500, 'finish', 'check constraint', what, 'build', format('ACCESS EXCLUSIVE on %s, catalog only', d.rel), stmt,
                                                     format('its twin %I, on the new column', twin),
-                                                    EXISTS (SELECT FROM pg_constraint WHERE conrelid = d.rel AND conname = twin) OR finished);
+                                                    EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = d.rel AND k.conname = twin
+                                                               AND _pg_shard_id.own_constraint(k.oid, tbl, key_column, new_column)) OR finished);
                 steps := steps || _pg_shard_id.step(510, 'finish', 'check constraint', what, 'check', format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', d.rel),
                                                     CASE WHEN enforced THEN format('ALTER TABLE %s VALIDATE CONSTRAINT %I', d.rel, twin) END,
                                                     CASE WHEN enforced THEN 'every row, before the swap' ELSE 'NOT ENFORCED: not validated, as the old one' END,
@@ -1344,7 +1379,24 @@ BEGIN
                                                      ELSE format('-- after the prepare: %s, with the new column in place of the old', pg_get_indexdef(c.leaf_index)) END,
                                                 format('its twin %I, swapped in at the finish', c.twin),
                                                 finished OR EXISTS (SELECT FROM pg_class t JOIN pg_index ti ON ti.indexrelid = t.oid
-                                                                     WHERE t.relname = c.twin AND ti.indrelid = c.leaf AND ti.indisvalid));
+                                                                     WHERE t.relname = c.twin AND t.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = c.nspname)
+                                                                       AND ti.indrelid = c.leaf AND ti.indisvalid
+                                                                       AND EXISTS (SELECT FROM pg_depend dd
+                                                                                    WHERE dd.classid = 'pg_class'::regclass AND dd.objid = t.oid
+                                                                                      AND dd.refclassid = 'pg_class'::regclass AND dd.refobjid = c.leaf
+                                                                                      AND dd.refobjsubid = ANY (moves.news))));
+            -- (likewise an index: one of the twin's name that is not on the new columns, made
+            -- after the prepare, was taken for the twin: the twentieth review)
+            IF prepared AND NOT finished AND EXISTS (SELECT FROM pg_class t WHERE t.relname = c.twin
+                                                        AND t.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = c.nspname)
+                                                        AND NOT EXISTS (SELECT FROM pg_index ti JOIN pg_depend dd ON dd.objid = ti.indexrelid
+                                                                          AND dd.classid = 'pg_class'::regclass AND dd.refclassid = 'pg_class'::regclass
+                                                                          AND dd.refobjid = c.leaf AND dd.refobjsubid = ANY (moves.news)
+                                                                         WHERE ti.indexrelid = t.oid AND ti.indrelid = c.leaf)) THEN
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'name taken', format('relation %I.%I', c.nspname, c.twin), 'refuse', NULL,
+                                                    format('ALTER INDEX %I.%I RENAME TO ...', c.nspname, c.twin),
+                                                    format('the twin of index %I.%I is given this name, and another relation has it', c.nspname, c.leaf_index_name), false);
+            END IF;
             IF r.relkind = 'I' AND r.contype IS NOT NULL THEN
                 steps := steps || _pg_shard_id.step(625, 'swap', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build', NULL,
                                                     format('ALTER TABLE %s ADD CONSTRAINT %I %s USING INDEX %I', c.leaf, c.leaf_conname, stmt, c.twin),
@@ -3427,6 +3479,10 @@ COMMENT ON FUNCTION shard_id_to_jsonb(anyelement) IS
     'to_jsonb(value) with every bigint and bigint[] as JSON strings, so ids survive JavaScript and JSON.parse.';
 COMMENT ON FUNCTION _pg_shard_id.record_origin() IS
     'Internal: records this server and its epoch in _pg_shard_id.origin (next_shard_id calls it).';
+COMMENT ON FUNCTION _pg_shard_id.read_origin() IS
+    'Internal: the earliest recorded epoch (Unix ms), then the recorded servers (the libraries of 0.4.0 to 0.6.0 call it; 0.7.0 reads the table itself).';
+COMMENT ON FUNCTION _pg_shard_id.origin_databases() IS
+    'Internal: the recorded databases, 0 for rows recorded before 0.5.0 (the libraries of 0.5.0 and 0.6.0 call it; 0.7.0 reads the table itself).';
 COMMENT ON FUNCTION pg_shard_id_stats() IS
     'The guard''s statistics per sequence (read them through the view pg_shard_id_stats).';
 COMMENT ON FUNCTION pg_shard_id_stats_reset() IS

@@ -143,45 +143,60 @@ fn member_function(signature: &str) -> Option<pg_sys::Oid> {
 }
 
 /// The rows of `_pg_shard_id.origin`, read as the extension: a scan of its heap under the
-/// caller's snapshot (what the SQL functions `_pg_shard_id.read_origin()` and
-/// `origin_databases()` of 0.4.0 to 0.6.0 returned).
-/// Not through them: each new backend planned both SQL functions (and the queries that found
-/// them) before its first id, more than half of what that first id cost beyond `nextval()`'s
-/// (issue 57). `None` when the table is not there, or not this extension's (the SQL of a version
-/// before 0.4.0); `databases` is `None` without its `database` column (before 0.5.0).
+/// caller's snapshot, what the SQL functions `_pg_shard_id.read_origin()` and
+/// `origin_databases()` return (the libraries of 0.4.0 to 0.6.0 call them). Not through them:
+/// each new backend planned both (and the queries that found them) before its first id, more
+/// than half of what that first id cost beyond `nextval()`'s (issue 57). `None` when the table
+/// is not there, or not this extension's (the SQL of a version before 0.4.0); `databases` is
+/// `None` without its `database` column (before 0.5.0). A column of another type than the
+/// extension made it, or an epoch no millisecond holds (`infinity`), is an ERROR, as it was for
+/// the SQL functions: never read as something else.
 fn read_recorded() -> Option<Recorded> {
     // SAFETY: catalog lookups by name and by oid, in a transaction (the caller's); the table is
-    // opened under AccessShareLock (kept to the transaction's end, as a query's), scanned with
-    // a snapshot that stays valid for the scan (the active one, or the transaction's), and
-    // closed; after an ERROR the transaction's abort releases the scan.
+    // opened under AccessShareLock (kept to the transaction's end, as a query's), its columns
+    // found and their types checked under that lock, scanned with the active snapshot (the
+    // transaction's, pushed when none is active), and closed; after an ERROR the transaction's
+    // abort releases the scan and the snapshot.
     unsafe {
         let schema = pg_sys::get_namespace_oid(c"_pg_shard_id".as_ptr(), true);
         if schema == pg_sys::InvalidOid {
             return None;
         }
         let relid = pg_sys::get_relname_relid(c"origin".as_ptr(), schema);
+        let extension = pg_sys::get_extension_oid(c"pg_shard_id".as_ptr(), true);
         if relid == pg_sys::InvalidOid
-            || pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, relid)
-                != pg_sys::get_extension_oid(c"pg_shard_id".as_ptr(), true)
+            || extension == pg_sys::InvalidOid
+            || pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, relid) != extension
         {
             return None;
         }
-        let column = |name: &std::ffi::CStr| {
-            usize::try_from(pg_sys::get_attnum(relid, name.as_ptr()))
-                .ok()
-                .and_then(|n| n.checked_sub(1))
+        let relation = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
+        // (under the lock, as the scan: each column by its name and its type, as made)
+        let column = |name: &std::ffi::CStr, type_oid: pg_sys::Oid| {
+            let attnum = pg_sys::get_attnum(relid, name.as_ptr());
+            let at = usize::try_from(attnum).ok()?.checked_sub(1)?;
+            if pg_sys::get_atttype(relid, attnum) != type_oid {
+                error!(
+                    "pg_shard_id: _pg_shard_id.origin.{} is not of the type the extension made it",
+                    name.to_string_lossy()
+                );
+            }
+            Some(at)
         };
-        let (Some(epoch_at), Some(server_at)) = (column(c"epoch"), column(c"system_identifier"))
-        else {
+        let (Some(epoch_at), Some(server_at)) = (
+            column(c"epoch", pg_sys::TIMESTAMPTZOID),
+            column(c"system_identifier", pg_sys::INT8OID),
+        ) else {
+            pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
             return None;
         };
-        let database_at = column(c"database");
-        let relation = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
-        let snapshot = if pg_sys::ActiveSnapshotSet() {
-            pg_sys::GetActiveSnapshot()
-        } else {
-            pg_sys::GetTransactionSnapshot()
-        };
+        let database_at = column(c"database", pg_sys::OIDOID);
+        // (a snapshot the scan keeps alive: the active one, or the transaction's made active)
+        let pushed = !pg_sys::ActiveSnapshotSet();
+        if pushed {
+            pg_sys::PushActiveSnapshot(pg_sys::GetTransactionSnapshot());
+        }
+        let snapshot = pg_sys::GetActiveSnapshot();
         let scan = pg_sys::systable_beginscan(
             relation,
             pg_sys::InvalidOid,
@@ -225,12 +240,18 @@ fn read_recorded() -> Option<Recorded> {
             }
         }
         pg_sys::systable_endscan(scan);
+        if pushed {
+            pg_sys::PopActiveSnapshot();
+        }
         pg_sys::table_close(relation, pg_sys::NoLock as pg_sys::LOCKMODE);
         Some(Recorded {
             // (as those functions did: extract(epoch ...) * 1000 rounded; recorded epochs are whole
             // milliseconds)
-            epoch_unix_ms: earliest_micros
-                .and_then(pg_shard_id_core::time::pg_micros_to_unix_ms_rounded),
+            epoch_unix_ms: earliest_micros.map(|micros| {
+                pg_shard_id_core::time::pg_micros_to_unix_ms_rounded(micros).unwrap_or_else(|| {
+                    error!("pg_shard_id: _pg_shard_id.origin records an epoch no millisecond holds")
+                })
+            }),
             system_identifiers: servers.into_iter().collect(),
             databases: database_at.map(|_| databases.into_iter().collect()),
         })

@@ -277,9 +277,15 @@ mod tests {
              WHERE o.epoch = i.epoch \
                AND o.system_identifier = (SELECT system_identifier FROM pg_control_system())"
         ));
-        assert!(!one::<bool>(
-            "SELECT has_function_privilege('public', '_pg_shard_id.record_origin()', 'EXECUTE')"
-        ));
+        for function in [
+            "_pg_shard_id.record_origin()",
+            "_pg_shard_id.read_origin()",
+            "_pg_shard_id.origin_databases()",
+        ] {
+            assert!(!one::<bool>(&format!(
+                "SELECT has_function_privilege('public', '{function}', 'EXECUTE')"
+            )));
+        }
         assert!(!one::<bool>(
             "SELECT has_table_privilege('public', '_pg_shard_id.origin', 'INSERT, UPDATE, DELETE')"
         ));
@@ -418,6 +424,8 @@ mod tests {
             "shard_id_to_jsonb(anyelement):sss",
             "shard_id_adopt(regclass,name,integer):vu-",
             "_pg_shard_id.record_origin():vu-",
+            "_pg_shard_id.read_origin():su-",
+            "_pg_shard_id.origin_databases():su-",
             "pg_shard_id_stats():vrs",
             "pg_shard_id_stats_reset():vus",
             "shard_id_check():vus",
@@ -445,6 +453,7 @@ mod tests {
             "_pg_shard_id.derived_name(text,text):iss",
             "_pg_shard_id.conversion_key(regclass):sss",
             "_pg_shard_id.conversion_columns(regclass,name,name):sss",
+            "_pg_shard_id.own_constraint(oid,regclass,name,name):sss",
             "_pg_shard_id.expression_moved(pg_node_tree,regclass,smallint[],smallint[]):sss",
             "_pg_shard_id.expression_moved_bytes(pg_node_tree,regclass,smallint[],smallint[]):sss",
             "_pg_shard_id.index_statement(regclass,name,smallint[],smallint[],text):sss",
@@ -455,6 +464,7 @@ mod tests {
             "_pg_shard_id.conversion_inventory(regclass,name,regclass,integer,name,boolean,boolean):ss-",
             "_pg_shard_id.conversion_inventory(regclass):sss",
             "_pg_shard_id.refuse(regclass,_pg_shard_id.conversion_step[]):sss",
+            "_pg_shard_id.refusals_after_the_batches(_pg_shard_id.conversion_step[]):iss",
             "_pg_shard_id.run_quietly(text,bigint,bigint):vu-",
             "_pg_shard_id.run_firing(text,bigint,bigint,text):vu-",
             "_pg_shard_id.run(regclass,text,bigint,bigint,text):vu-",
@@ -469,6 +479,7 @@ mod tests {
             "_pg_shard_id.rows_per_block(regclass):sss",
             "_pg_shard_id.conversion_note_deleted():vu-",
             "_pg_shard_id.renamed_columns(regclass):sss",
+            "_pg_shard_id.orphaned_references(regclass):sss",
             "_pg_shard_id.trigger_arguments(bytea,smallint):sss",
             "_pg_shard_id.refuse_changed(regclass):sss",
             "_pg_shard_id.equality_of_pg_catalog(regclass,name):sss",

@@ -1262,3 +1262,35 @@ def test_a_partition_of_a_referencing_table_detached_after_the_prepare_stops_the
         assert "events_2" in refused.value.diag.message_detail, refused.value.diag.message_detail
         conn.execute("CALL shard_id_convert_abandon('purchases')")
         assert "shard_id" not in columns(conn, "purchases")
+
+
+@pytest.mark.parametrize("kind", ["check", "index"])
+def test_a_twin_s_name_taken_after_the_prepare_is_refused(cluster, db, kind):
+    """On 5d23a4f an object made after the prepare whose twin's name another object had already
+    (x and x_shard_id_twin) counted as twinned: no twin was built, and the swap dropped x and
+    renamed the other in its place (a CHECK lost), or made the other index the key's (the
+    twentieth review). The twin is the object of that name on the new column; another of that
+    name is refused before any step, naming it."""
+    with cluster.connect(db) as conn:
+        base_schema(conn)
+        prepare_with_twin_indexes(conn)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        if kind == "check":
+            conn.execute("ALTER TABLE purchases ADD CONSTRAINT positive_shard_id_twin CHECK (amount > -5), "
+                         "ADD CONSTRAINT positive CHECK (id > 0)")
+            taken = "positive_shard_id_twin"
+        else:
+            conn.execute("CREATE INDEX by_item_shard_id_twin ON purchases (amount)")
+            conn.execute("CREATE INDEX by_item ON purchases (item, id)")
+            taken = "by_item_shard_id_twin"
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert taken in refused.value.diag.message_detail, refused.value.diag.message_detail
+        conn.execute(f"ALTER {'TABLE purchases RENAME CONSTRAINT' if kind == 'check' else 'INDEX'} {taken} "
+                     f"{'TO' if kind == 'check' else 'RENAME TO'} other_one")
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        if kind == "check":
+            assert one(conn, "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'positive'") == "CHECK ((id > 0))"
+        else:
+            assert "(item, id)" in one(conn, "SELECT pg_get_indexdef('by_item'::regclass)")
