@@ -807,6 +807,12 @@ DECLARE
     why text;
     kind text;
     enforced boolean;
+    -- of the object named as a twin: NULL when none is, true when it is the twin (a constraint
+    -- of the conversion's on the table, an index on the new columns; a valid one), false when it
+    -- is another object, made after the prepare (the twentieth review: one was taken for the
+    -- twin, and the swap renamed it in its place)
+    twin_is_ours boolean;
+    twin_valid boolean;
     -- every name the conversion gives an object, with where it must be unique (a schema for a
     -- relation, a table for a constraint or trigger): one taken already, or given twice, is
     -- refused before the prepare (the nineteenth review: the index step failed forever on a
@@ -1115,7 +1121,11 @@ BEGIN
                 SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
                   INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = d.rel AND cc.new_attnum IS NOT NULL;
                 twin := _pg_shard_id.derived_name(r.conname, '_shard_id_twin');
-                made := made || jsonb_build_object('kind', 'constraint', 'scope', d.rel::oid, 'name', twin);
+                -- (ADD CONSTRAINT on a partitioned or inherited table adds it to every table
+                -- below, under the same name: the name is taken if any of them has it, the
+                -- twenty-first review)
+                made := made || (SELECT jsonb_agg(jsonb_build_object('kind', 'constraint', 'scope', t::oid, 'name', twin))
+                                   FROM _pg_shard_id.tree(d.rel) t WHERE t = d.rel OR NOT r.connoinherit);
                 what := format('constraint %I on %s', r.conname, d.rel);
                 -- (PostgreSQL 18's NOT ENFORCED CHECK: its twin is NOT ENFORCED too, and not
                 -- validated; it came back enforced: the nineteenth review)
@@ -1125,23 +1135,15 @@ BEGIN
                                                        CASE WHEN r.connoinherit THEN ' NO INHERIT' ELSE '' END,
                                                        CASE WHEN enforced THEN 'NOT VALID' ELSE 'NOT ENFORCED' END)
                              ELSE format('-- after the prepare: %s, on the new column', pg_get_constraintdef(r.oid)) END;
-                -- (the twin is the constraint of that name on the moved columns: another of that
-                -- name, made after the prepare, was taken for it, and the swap then renamed it
-                -- in the CHECK's place: the twentieth review)
-                IF prepared AND NOT finished AND EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = d.rel AND k.conname = twin
-                                                            AND NOT _pg_shard_id.own_constraint(k.oid, tbl, key_column, new_column)) THEN
-                    steps := steps || _pg_shard_id.step(0, 'prepare', 'name taken', format('constraint %I on %s', twin, d.rel), 'refuse', NULL,
-                                                        format('ALTER TABLE %s RENAME CONSTRAINT %I TO ...', d.rel, twin),
-                                                        format('the twin of %s is given this name, and another constraint has it', what), false);
-                END IF;
+                twin_is_ours := (SELECT _pg_shard_id.own_constraint(k.oid, tbl, key_column, new_column)
+                                   FROM pg_constraint k WHERE k.conrelid = d.rel AND k.conname = twin);
                 steps := steps || _pg_shard_id.step(500, 'finish', 'check constraint', what, 'build', format('ACCESS EXCLUSIVE on %s, catalog only', d.rel), stmt,
-                                                    format('its twin %I, on the new column', twin),
-                                                    EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = d.rel AND k.conname = twin
-                                                               AND _pg_shard_id.own_constraint(k.oid, tbl, key_column, new_column)) OR finished);
+                                                    format('its twin %I, on the new column', twin), twin_is_ours IS TRUE OR finished);
                 steps := steps || _pg_shard_id.step(510, 'finish', 'check constraint', what, 'check', format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', d.rel),
                                                     CASE WHEN enforced THEN format('ALTER TABLE %s VALIDATE CONSTRAINT %I', d.rel, twin) END,
                                                     CASE WHEN enforced THEN 'every row, before the swap' ELSE 'NOT ENFORCED: not validated, as the old one' END,
-                                                    EXISTS (SELECT FROM pg_constraint WHERE conrelid = d.rel AND conname = twin AND convalidated) OR finished OR NOT enforced);
+                                                    (twin_is_ours AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = d.rel AND conname = twin AND convalidated)) IS TRUE
+                                                    OR finished OR NOT enforced);
                 steps := steps || _pg_shard_id.step(610, 'swap', 'check constraint', what, 'drop', NULL,
                                                     format('ALTER TABLE %s DROP CONSTRAINT %I', d.rel, r.conname), NULL, finished);
                 steps := steps || _pg_shard_id.step(630, 'swap', 'check constraint', what, 'rename', NULL,
@@ -1372,31 +1374,42 @@ BEGIN
                   ORDER BY 2 LOOP
             SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
               INTO moves FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) cc WHERE cc.rel = c.leaf AND cc.new_attnum IS NOT NULL;
-            made := made || jsonb_build_object('kind', 'relation', 'scope', (SELECT oid FROM pg_namespace WHERE nspname = c.nspname), 'name', c.twin);
+            -- (the twin: an index on the leaf, on the new columns, of the index's own shape: its
+            -- columns with the moved ones replaced, operator classes, options, uniqueness, access
+            -- method, expressions and predicate or none; an index of another shape that merely
+            -- names a new column was taken for it, the twenty-first review)
+            SELECT EXISTS (SELECT FROM pg_index ti JOIN pg_index oi ON oi.indexrelid = c.leaf_index
+                            WHERE ti.indexrelid = t.oid AND ti.indrelid = c.leaf
+                              AND EXISTS (SELECT FROM pg_depend dd
+                                           WHERE dd.classid = 'pg_class'::regclass AND dd.objid = ti.indexrelid
+                                             AND dd.refclassid = 'pg_class'::regclass AND dd.refobjid = c.leaf
+                                             AND dd.refobjsubid = ANY (moves.news))
+                              AND t.relam = (SELECT relam FROM pg_class WHERE oid = oi.indexrelid)
+                              AND (ti.indisunique, ti.indnatts, ti.indnkeyatts) = (oi.indisunique, oi.indnatts, oi.indnkeyatts)
+                              AND ti.indoption::int2[] = oi.indoption::int2[]
+                              -- (the operator classes of the columns not moved; a moved one's
+                              -- follows its new type: an integer key's twin is on a bigint)
+                              AND ARRAY(SELECT CASE WHEN k.a = ANY (moves.olds) THEN 0 ELSE coalesce(k.c, 0) END
+                                          FROM unnest(oi.indkey::int2[], oi.indclass::oid[]) WITH ORDINALITY k(a, c, i) ORDER BY k.i)
+                                  = ARRAY(SELECT CASE WHEN k.a = ANY (moves.news) THEN 0 ELSE coalesce(k.c, 0) END
+                                            FROM unnest(ti.indkey::int2[], ti.indclass::oid[]) WITH ORDINALITY k(a, c, i) ORDER BY k.i)
+                              AND (ti.indexprs IS NULL) = (oi.indexprs IS NULL) AND (ti.indpred IS NULL) = (oi.indpred IS NULL)
+                              -- (both from 1: an int2vector's array counts from 0, and arrays of other
+                              -- bounds are never equal)
+                              AND ARRAY(SELECT k.a FROM unnest(ti.indkey::int2[]) WITH ORDINALITY k(a, i) ORDER BY k.i)
+                                  = ARRAY(SELECT coalesce(moves.news[array_position(moves.olds, k.a)], k.a)
+                                            FROM unnest(oi.indkey::int2[]) WITH ORDINALITY k(a, i) ORDER BY k.i)),
+                   coalesce((SELECT ti.indisvalid FROM pg_index ti WHERE ti.indexrelid = t.oid), false)
+              INTO twin_is_ours, twin_valid
+              FROM pg_class t WHERE t.relname = c.twin AND t.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = c.nspname);
+            made := made || jsonb_build_object('kind', 'relation', 'scope', (SELECT oid FROM pg_namespace WHERE nspname = c.nspname), 'name', c.twin,
+                                               'ours', coalesce(twin_is_ours, false));
             steps := steps || _pg_shard_id.step(300, 'indexes', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build',
                                                 format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.leaf),
                                                 CASE WHEN prepared THEN _pg_shard_id.index_statement(c.leaf_index, c.twin, moves.olds, moves.news, 'concurrently')
                                                      ELSE format('-- after the prepare: %s, with the new column in place of the old', pg_get_indexdef(c.leaf_index)) END,
                                                 format('its twin %I, swapped in at the finish', c.twin),
-                                                finished OR EXISTS (SELECT FROM pg_class t JOIN pg_index ti ON ti.indexrelid = t.oid
-                                                                     WHERE t.relname = c.twin AND t.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = c.nspname)
-                                                                       AND ti.indrelid = c.leaf AND ti.indisvalid
-                                                                       AND EXISTS (SELECT FROM pg_depend dd
-                                                                                    WHERE dd.classid = 'pg_class'::regclass AND dd.objid = t.oid
-                                                                                      AND dd.refclassid = 'pg_class'::regclass AND dd.refobjid = c.leaf
-                                                                                      AND dd.refobjsubid = ANY (moves.news))));
-            -- (likewise an index: one of the twin's name that is not on the new columns, made
-            -- after the prepare, was taken for the twin: the twentieth review)
-            IF prepared AND NOT finished AND EXISTS (SELECT FROM pg_class t WHERE t.relname = c.twin
-                                                        AND t.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = c.nspname)
-                                                        AND NOT EXISTS (SELECT FROM pg_index ti JOIN pg_depend dd ON dd.objid = ti.indexrelid
-                                                                          AND dd.classid = 'pg_class'::regclass AND dd.refclassid = 'pg_class'::regclass
-                                                                          AND dd.refobjid = c.leaf AND dd.refobjsubid = ANY (moves.news)
-                                                                         WHERE ti.indexrelid = t.oid AND ti.indrelid = c.leaf)) THEN
-                steps := steps || _pg_shard_id.step(0, 'prepare', 'name taken', format('relation %I.%I', c.nspname, c.twin), 'refuse', NULL,
-                                                    format('ALTER INDEX %I.%I RENAME TO ...', c.nspname, c.twin),
-                                                    format('the twin of index %I.%I is given this name, and another relation has it', c.nspname, c.leaf_index_name), false);
-            END IF;
+                                                finished OR (twin_is_ours AND twin_valid) IS TRUE);
             IF r.relkind = 'I' AND r.contype IS NOT NULL THEN
                 steps := steps || _pg_shard_id.step(625, 'swap', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build', NULL,
                                                     format('ALTER TABLE %s ADD CONSTRAINT %I %s USING INDEX %I', c.leaf, c.leaf_conname, stmt, c.twin),
@@ -1600,7 +1613,12 @@ BEGIN
                FROM _pg_shard_id.conversion_units(tbl, key_column, new_column) u WHERE u.kind = 'child' LOOP
         CONTINUE WHEN EXISTS (SELECT FROM pg_index i WHERE i.indrelid = c.rel AND i.indkey[0] = c.fk_attnum AND i.indpred IS NULL);
         twin := _pg_shard_id.derived_name((SELECT relname FROM pg_class WHERE oid = c.rel) || '_' || c.fk_new_column, '_idx');
-        made := made || jsonb_build_object('kind', 'relation', 'scope', (SELECT relnamespace FROM pg_class WHERE oid = c.rel), 'name', twin);
+        made := made || jsonb_build_object('kind', 'relation', 'scope', (SELECT relnamespace FROM pg_class WHERE oid = c.rel), 'name', twin,
+                                           'ours', EXISTS (SELECT FROM pg_class t JOIN pg_index i ON i.indexrelid = t.oid
+                                                            JOIN pg_attribute a ON a.attrelid = i.indrelid AND a.attnum = i.indkey[0]
+                                                           WHERE t.relname = twin AND t.relnamespace = (SELECT relnamespace FROM pg_class WHERE oid = c.rel)
+                                                             AND i.indrelid = c.rel AND i.indnatts = 1 AND a.attname = c.fk_new_column
+                                                             AND NOT i.indisunique AND i.indpred IS NULL AND i.indexprs IS NULL));
         steps := steps || _pg_shard_id.step(300, 'indexes', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_new_column), 'build',
                                             format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.rel),
                                             format('CREATE INDEX CONCURRENTLY %I ON %s (%I)', twin, _pg_shard_id.qualified(c.rel), c.fk_new_column),
@@ -1772,10 +1790,19 @@ BEGIN
                             (VALUES ('trigger', fill_trigger), ('trigger', _pg_shard_id.derived_name(fill_trigger, '_deleted')),
                                     ('trigger', _pg_shard_id.derived_name(fill_trigger, '_rekeyed')),
                                     ('constraint', new_check), ('constraint', floor_check)) v(k, n));
+    -- After the prepare, until the swap, again: an object made meanwhile (a deploy during a long
+    -- conversion) under one of those names, that is not the conversion's own, would make a step
+    -- fail at every retry or be taken for the conversion's and dropped or renamed at the swap
+    -- (the twentieth and twenty-first reviews: a CHECK named like the conversion's NOT NULL
+    -- CHECK was dropped, one named like the floor CHECK stopped the swap). The conversion's own:
+    -- a CHECK by own_constraint(), a trigger by its function, an index by the entry's 'ours'
+    -- (its shape, read where it is listed); the columns have rules of their own after the prepare
+    -- (renamed_columns(), the kept name's refusal).
     FOR x IN SELECT e ->> 'kind' AS kind, (e ->> 'scope')::oid AS scope, e ->> 'name' AS name, count(*) AS times,
-                    bool_or(coalesce((e ->> 'checked')::boolean, false)) AS checked
+                    bool_or(coalesce((e ->> 'checked')::boolean, false)) AS checked,
+                    bool_or(coalesce((e ->> 'ours')::boolean, false)) AS ours
                FROM jsonb_array_elements(made) e
-              WHERE NOT prepared
+              WHERE NOT finished AND NOT (prepared AND e ->> 'kind' = 'column')
               GROUP BY 1, 2, 3 ORDER BY 1, 2, 3 LOOP
         -- (a name whose own rule refuses it when taken, the kept old column's and the new key
         -- column's: only when given twice)
@@ -1783,13 +1810,20 @@ BEGIN
         what := CASE x.kind WHEN 'relation' THEN format('relation %I.%I', (SELECT nspname FROM pg_namespace WHERE oid = x.scope), x.name)
                             ELSE format('%s %I on %s', x.kind, x.name, x.scope::regclass) END;
         why := CASE WHEN x.times > 1 THEN 'the conversion would give this name to two of its objects (derived from two objects'' names that begin alike)'
-                    WHEN x.kind = 'relation' AND EXISTS (SELECT FROM pg_class WHERE relnamespace = x.scope AND relname = x.name) THEN 'a relation of that name exists'
-                    WHEN x.kind = 'constraint' AND EXISTS (SELECT FROM pg_constraint WHERE conrelid = x.scope AND conname = x.name) THEN 'a constraint of that name exists on the table'
-                    WHEN x.kind = 'trigger' AND EXISTS (SELECT FROM pg_trigger WHERE tgrelid = x.scope AND tgname = x.name) THEN 'a trigger of that name exists on the table'
+                    WHEN x.kind = 'relation' AND NOT (prepared AND x.ours)
+                         AND EXISTS (SELECT FROM pg_class WHERE relnamespace = x.scope AND relname = x.name) THEN 'a relation of that name exists'
+                    WHEN x.kind = 'constraint'
+                         AND EXISTS (SELECT FROM pg_constraint k WHERE k.conrelid = x.scope AND k.conname = x.name
+                                        AND NOT (prepared AND _pg_shard_id.own_constraint(k.oid, tbl, key_column, new_column))) THEN 'a constraint of that name exists on the table'
+                    WHEN x.kind = 'trigger'
+                         AND EXISTS (SELECT FROM pg_trigger g WHERE g.tgrelid = x.scope AND g.tgname = x.name
+                                        AND NOT (prepared AND g.tgfoid = ANY (ours))) THEN 'a trigger of that name exists on the table'
                     WHEN x.kind = 'column' AND EXISTS (SELECT FROM pg_attribute WHERE attrelid = x.scope AND attname = x.name AND NOT attisdropped) THEN 'a column of that name exists on the table' END;
         CONTINUE WHEN why IS NULL;
         steps := steps || _pg_shard_id.step(0, 'prepare', 'name taken', what, 'refuse', NULL, NULL,
-                    why || ': the conversion names what it makes after the objects they stand in for, and finds them by those names; rename the object whose name it is, or pass another new_column => (every name changes with it)', false);
+                    why || ': the conversion names what it makes after the objects they stand in for, and finds them by those names; '
+                        || CASE WHEN prepared THEN 'rename the object whose name it is (nothing of the conversion''s was changed), then call again'
+                                ELSE 'rename the object whose name it is, or pass another new_column => (every name changes with it)' END, false);
     END LOOP;
     -- (each place made unique, in the order the steps were listed)
     RETURN QUERY SELECT u.ord * 100000 + u.i::integer, u.phase, u.kind, u.object, u.action, u.lock, u.statement, u.detail, u.done
@@ -2371,6 +2405,7 @@ END $$;
 CREATE FUNCTION shard_id_convert_indexes(tbl regclass) RETURNS SETOF text
 LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE ROWS 8 SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
+    plan _pg_shard_id.conversion_step[];
     step _pg_shard_id.conversion_step;
     invalid text;
 BEGIN
@@ -2378,7 +2413,11 @@ BEGIN
         RETURN;  -- (swapped: no index to make; its inventory has no new column to read any more)
     END IF;
     PERFORM _pg_shard_id.refuse_changed(tbl);
-    FOR step IN SELECT * FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.phase = 'indexes' AND NOT i.done ORDER BY i.ord LOOP
+    plan := ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i);
+    -- (a twin's name another relation took since the prepare: refused, never dropped below as a
+    -- build left invalid, the twenty-first review)
+    PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT p FROM unnest(plan) p WHERE p.action = 'refuse' AND p.kind = 'name taken'));
+    FOR step IN SELECT * FROM unnest(plan) i WHERE i.phase = 'indexes' AND NOT i.done ORDER BY i.ord LOOP
         -- (CREATE [UNIQUE] INDEX CONCURRENTLY name ON table ...: an index of that name on that
         -- table, left invalid)
         SELECT format('%I.%I', n.nspname, k.relname) INTO invalid

@@ -132,14 +132,20 @@ fn member_function(signature: &str) -> Option<pg_sys::Oid> {
     ))
     .ok()
     .flatten()?;
+    of_this_extension(pg_sys::ProcedureRelationId, oid).then_some(oid)
+}
+
+/// Whether the object `oid` of catalog `class` is a member of this extension (an object of the
+/// same name made by a role is not).
+fn of_this_extension(class: pg_sys::Oid, oid: pg_sys::Oid) -> bool {
     // SAFETY: catalog lookups by oid and by name in a backend inside a transaction.
     let (owner, ours) = unsafe {
         (
-            pg_sys::getExtensionOfObject(pg_sys::ProcedureRelationId, oid),
+            pg_sys::getExtensionOfObject(class, oid),
             pg_sys::get_extension_oid(c"pg_shard_id".as_ptr(), true),
         )
     };
-    (owner == ours && ours != pg_sys::InvalidOid).then_some(oid)
+    ours != pg_sys::InvalidOid && owner == ours
 }
 
 /// The rows of `_pg_shard_id.origin`, read as the extension: a scan of its heap under the
@@ -163,11 +169,7 @@ fn read_recorded() -> Option<Recorded> {
             return None;
         }
         let relid = pg_sys::get_relname_relid(c"origin".as_ptr(), schema);
-        let extension = pg_sys::get_extension_oid(c"pg_shard_id".as_ptr(), true);
-        if relid == pg_sys::InvalidOid
-            || extension == pg_sys::InvalidOid
-            || pg_sys::getExtensionOfObject(pg_sys::RelationRelationId, relid) != extension
-        {
+        if relid == pg_sys::InvalidOid || !of_this_extension(pg_sys::RelationRelationId, relid) {
             return None;
         }
         let relation = pg_sys::table_open(relid, pg_sys::AccessShareLock as pg_sys::LOCKMODE);
