@@ -18,7 +18,8 @@
 --   relid, seq (NULL: the DEFAULT names no sequence), name, cannot_tell (NULL, or why no index
 --   can say what the column holds), index, descending, shard (NULL: not read from the DEFAULT, or
 --   $1 given), node_form (NULL with $1), owner_may_draw (false: the data floor does not read the
---   column, see below),
+--   column, see below), range_parent (the partitioned table whose RANGE partitions on this very
+--   column bound what the leaf holds, its bound read by src/data_floor/bounds.rs; NULL: none),
 --   defaults_name_none (some default names no sequence; known only when every default was read).
 --
 -- A column counts when its default, the column's own DEFAULT or else the nearest DEFAULT of its
@@ -174,9 +175,23 @@ SELECT DISTINCT l.relid, l.seq,
        -- its floor with a table of its own (the column is not read; shard_id_check() names it)
        coalesce(l.seq, $1) IS NULL
            OR has_sequence_privilege(root.relowner, coalesce(l.seq, $1), 'USAGE, UPDATE')
-              IS NOT FALSE AS owner_may_draw
+              IS NOT FALSE AS owner_may_draw,
+       -- the parent that partitions it BY RANGE on this column alone, in bigint's own order: the
+       -- leaf's upper bound then bounds its ids, and the data floor reads the leaves of the
+       -- highest bounds first, stopping where the rest cannot hold a newer id (issue 57)
+       CASE WHEN c.relispartition THEN
+           (SELECT i.inhparent
+              FROM pg_inherits i
+              JOIN pg_partitioned_table pt ON pt.partrelid = i.inhparent
+              JOIN pg_attribute pa ON pa.attrelid = i.inhparent AND pa.attnum = pt.partattrs[0]
+             WHERE i.inhrelid = l.relid AND pt.partstrat = 'r' AND pt.partnatts = 1
+               AND pa.attname = l.attname
+               AND pt.partclass[0] = (SELECT o.oid FROM pg_opclass o JOIN pg_am am ON am.oid = o.opcmethod
+                                       WHERE am.amname = 'btree' AND o.opcdefault
+                                         AND o.opcintype = 'int8'::regtype))
+       END AS range_parent
   FROM tree l
-  CROSS JOIN LATERAL (SELECT c.relkind, c.relpersistence, c.relnamespace, c.relam
+  CROSS JOIN LATERAL (SELECT c.relkind, c.relpersistence, c.relnamespace, c.relam, c.relispartition
                         FROM pg_class c WHERE c.oid = l.relid OFFSET 0) c
   CROSS JOIN LATERAL (SELECT r.relowner FROM pg_class r WHERE r.oid = l.root OFFSET 0) root
   JOIN pg_attribute a ON a.attrelid = l.relid AND a.attname = l.attname AND NOT a.attisdropped

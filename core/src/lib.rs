@@ -13,6 +13,7 @@ pub mod json;
 pub mod layout;
 pub mod lease;
 pub mod mask;
+pub mod newest_first;
 pub mod node_tree;
 pub mod open_draws;
 pub mod origin;

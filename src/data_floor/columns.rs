@@ -73,6 +73,9 @@ pub struct Column {
     /// The DEFAULT is the node form, `next_shard_id(seq)`: the server's node number is its shard.
     /// Read for every sequence only, as `shard`.
     pub node_form: bool,
+    /// The partitioned table whose RANGE partitions on this column bound the ids the leaf holds
+    /// (`super::bounds`), if any.
+    pub range_parent: Option<pg_sys::Oid>,
 }
 
 impl Column {
@@ -271,7 +274,7 @@ unsafe fn read_rows() -> (Vec<(Column, bool)>, bool) {
         let oid = |(d, null): (pg_sys::Datum, bool)| pg_sys::Oid::from_datum(d, null);
         let text = |(d, null): (pg_sys::Datum, bool)| String::from_datum(d, null);
         let defaults_name_none = pg_sys::SPI_processed > 0
-            && bool::from_datum(get(0, 10).0, get(0, 10).1).unwrap_or(true);
+            && bool::from_datum(get(0, 11).0, get(0, 11).1).unwrap_or(true);
         let rows = (0..pg_sys::SPI_processed as usize)
             // the one row of NULLs when no column counts
             .filter(|&row| !get(row, 1).1)
@@ -289,6 +292,7 @@ unsafe fn read_rows() -> (Vec<(Column, bool)>, bool) {
                     }),
                     shard: i64::from_datum(get(row, 7).0, get(row, 7).1),
                     node_form: bool::from_datum(get(row, 8).0, get(row, 8).1).unwrap_or(false),
+                    range_parent: oid(get(row, 10)),
                 };
                 let owner_may_draw = bool::from_datum(get(row, 9).0, get(row, 9).1).unwrap_or(true);
                 (column, owner_may_draw)

@@ -29,6 +29,11 @@
 //!   right now, visiting at most 100 heap pages of dead entries. It reads the index as the
 //!   extension, whatever the caller's privileges and row security: only the newest id's
 //!   millisecond is used, and only to set the floor.
+//! * The leaves of a table partitioned by RANGE on the column itself (`shard_id_partition_bounds`)
+//!   are read from the highest upper bound down, stopping where the rest cannot hold a newer id,
+//!   and not at all when they begin past the plausible bound (`bounds.rs`,
+//!   `pg_shard_id_core::newest_first`): a day-partitioned table reads its newest days, not its
+//!   thousands of partitions (issue 57).
 //! * The floor is the newest *plausible* id: one more than [`PLAUSIBLE_AHEAD_MS`] ahead of the
 //!   clock is passed over (a second, bounded descent finds the newest below it, and a WARNING
 //!   names the other): one hand-written row must neither hide the copied rows below it nor move
@@ -53,6 +58,7 @@
 //!
 //! Runs on the slow path only (inside pgrx's guard): SPI and catalog access, locks, ERRORs.
 
+mod bounds;
 mod columns;
 mod read;
 
@@ -102,7 +108,19 @@ pub fn stored(sequence: pg_sys::Oid, now_ms: i64) -> Stored {
         unreadable: Vec::new(),
         has_columns: !columns.is_empty(),
     };
-    for column in &columns {
+    // (RANGE partitions on the id: the newest first, until the rest cannot hold a newer id, and
+    // none that begins past the plausible bound, whose ids would be passed over; a column whose
+    // catalog already says no index can tell has no bound worth trusting)
+    // SAFETY: relation oids just read from the catalog, inside a transaction.
+    let bounds = unsafe { bounds::read(&columns) };
+    let range = |column: &Column| {
+        column
+            .cannot_tell
+            .is_none()
+            .then(|| bounds.range(column))
+            .flatten()
+    };
+    pg_shard_id_core::newest_first::newest_over(&columns, range, bound, |column| {
         // SAFETY: a relation and index oid just read from the catalog, inside a transaction.
         match unsafe { newest_in(column, bound) } {
             Ok(newest) => {
@@ -114,10 +132,15 @@ pub fn stored(sequence: pg_sys::Oid, now_ms: i64) -> Stored {
                 if let Some(id) = newest.beyond {
                     found.beyond.push((id, column.name.clone()));
                 }
+                newest.plausible
             }
-            Err(why) => found.unreadable.push((column.name.clone(), why)),
+            Err(why) => {
+                found.unreadable.push((column.name.clone(), why));
+                None
+            }
         }
-    }
+    });
+    bounds.release();
     found
 }
 

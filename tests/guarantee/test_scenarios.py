@@ -146,6 +146,107 @@ def test_a_table_locked_at_the_first_id_is_cannot_tell_named_as_locked(cluster, 
     migration.close()
 
 
+# -- a table partitioned by RANGE on the id: the newest partitions first (issue 57) ------------
+
+def days_partitioned(conn, ahead, last):
+    """t: daily partitions on the id (shard_id_partition_bounds) from 30 days ago to `ahead` days
+    ahead (made ahead, empty), then `last` (DEFAULT, or FROM the last bound TO MAXVALUE); rows
+    copied into every past day, and one 2 minutes ahead of the clock (today's partition, or
+    `last` when the days end today); s: its sequence, never drawn from. The newest id stored."""
+    conn.execute("CREATE SEQUENCE s")
+    conn.execute("CREATE TABLE t (id bigint PRIMARY KEY DEFAULT next_shard_id('s', 1), n int) PARTITION BY RANGE (id)")
+    conn.execute(f"""DO $$ DECLARE r record; k int := 0; top bigint; BEGIN
+        FOR r IN SELECT * FROM shard_id_partition_bounds(date_trunc('day', now()) - interval '30 days',
+                                                          date_trunc('day', now()) + interval '{ahead} days', '1 day') LOOP
+            EXECUTE format('CREATE TABLE t_%s PARTITION OF t FOR VALUES FROM (%s) TO (%s)', k, r.lower, r.upper);
+            k := k + 1;
+            top := r.upper;
+        END LOOP;
+        EXECUTE CASE {last!r} WHEN 'default' THEN 'CREATE TABLE t_last PARTITION OF t DEFAULT'
+                              ELSE format('CREATE TABLE t_last PARTITION OF t FOR VALUES FROM (%s) TO (MAXVALUE)', top) END;
+        END $$""")
+    conn.execute("INSERT INTO t SELECT shard_id_compose(now() - g * interval '1 day', 1, 0), g FROM generate_series(1, 29) g")
+    conn.execute("INSERT INTO t VALUES (shard_id_compose(now() + interval '2 minutes', 1, 7), 0)")
+    return conn.execute("SELECT max(id) FROM t").fetchone()[0]
+
+
+def first_id_behind_a_lock(cluster, db, locked):
+    """The first id of s while another transaction holds `locked` in ACCESS EXCLUSIVE mode: the
+    id, and the LOG lines about the data floor."""
+    migration = cluster.connect(db, autocommit=False)
+    migration.execute(f"LOCK TABLE {locked} IN ACCESS EXCLUSIVE MODE")
+    try:
+        with cluster.connect(db, options="-c statement_timeout=20s -c client_min_messages=log") as conn:
+            notices = []
+            conn.add_notice_handler(lambda d: notices.append(d.message_primary))
+            # (drawn, not inserted: an insert would wait for the lock on the partition it goes to)
+            return conn.execute("SELECT next_shard_id('s', 1)").fetchone()[0], notices
+    finally:
+        migration.rollback()
+        migration.close()
+
+
+# (where the newest id is: today's partition with empty ones ahead; the default partition or one
+# up to MAXVALUE, which no bound limits, and read first; a table partitioned on another column)
+PARTITIONED = {"days ahead": (3, "default", None), "default partition": (0, "default", None),
+               "partition to MAXVALUE": (0, "maxvalue", None), "another table, on another column": (3, "default", "list")}
+
+
+@pytest.mark.parametrize("where", list(PARTITIONED))
+def test_partitions_on_the_id_are_read_from_the_newest_down(cluster, db, where):
+    """The first id of a table partitioned by day on its id reads its newest partitions and stops
+    where the rest cannot hold a newer id (issue 57): an old partition locked by a migration is
+    not read (on 8624a3a it was: "cannot tell", and the ids jumped 10 minutes ahead); whatever no
+    bound limits is read (the default partition, one up to MAXVALUE, a table partitioned on
+    another column), and the first id is above the newest stored one."""
+    ahead, last, other = PARTITIONED[where]
+    with cluster.connect(db) as conn:
+        newest = days_partitioned(conn, ahead, last)
+        if other:
+            conn.execute("CREATE TABLE t_by_n (id bigint DEFAULT next_shard_id('s', 1), n int, PRIMARY KEY (id, n)) PARTITION BY LIST (n)")
+            conn.execute("CREATE TABLE t_by_n_1 PARTITION OF t_by_n FOR VALUES IN (1)")
+            conn.execute("INSERT INTO t_by_n VALUES (shard_id_compose(now() + interval '4 minutes', 1, 3), 1)")
+            newest = conn.execute("SELECT max(id) FROM t_by_n").fetchone()[0]
+    new_id, notices = first_id_behind_a_lock(cluster, db, "t_3")
+    assert new_id > newest, (new_id, newest)
+    assert not any("locked by another transaction" in n for n in notices), notices
+    with cluster.connect(db) as conn:
+        assert lead_ms(conn, f"SELECT {new_id}::bigint") < 6 * MINUTE_MS
+
+
+def test_a_partition_being_detached_concurrently_makes_every_leaf_read(cluster, db):
+    """A DETACH ... CONCURRENTLY waits only for the lockers it found when it began to wait, so it
+    can finish while a first id reads the leaves it bounded (the review of the change): while a
+    partition of the parent is pending detach (here: a detach cancelled in its wait), the parent
+    gives no bounds, and every leaf is read (the locked old one is "cannot tell" again). (No
+    default partition: PostgreSQL detaches concurrently only without one.)"""
+    with cluster.connect(db) as conn:
+        days_partitioned(conn, 3, "maxvalue")
+    holder = cluster.connect(db, autocommit=False)
+    holder.execute("SELECT count(*) FROM t")  # (the detach's second transaction waits for it)
+    with cluster.connect(db, options="-c statement_timeout=2s") as detacher:
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            detacher.execute("ALTER TABLE t DETACH PARTITION t_5 CONCURRENTLY")
+    holder.rollback()
+    holder.close()
+    with cluster.connect(db) as conn:
+        assert conn.execute("SELECT inhdetachpending FROM pg_inherits WHERE inhrelid = 't_5'::regclass").fetchone()[0]
+    _, notices = first_id_behind_a_lock(cluster, db, "t_3")
+    assert any("t_3.id (locked by another transaction when read)" in n for n in notices), notices
+
+
+def test_a_locked_partition_that_may_hold_the_newest_id_is_cannot_tell(cluster, db):
+    """Today's partition locked: it may hold the newest id, so it is "cannot tell" as before, and
+    the ids start 10 minutes ahead."""
+    with cluster.connect(db) as conn:
+        newest = days_partitioned(conn, 3, "default")
+        today = conn.execute("SELECT tableoid::regclass::text FROM t WHERE id = %s", (newest,)).fetchone()[0]
+    new_id, notices = first_id_behind_a_lock(cluster, db, today)
+    assert any("locked by another transaction" in n for n in notices), notices
+    with cluster.connect(db) as conn:
+        assert lead_ms(conn, f"SELECT {new_id}::bigint") > 9 * MINUTE_MS
+
+
 def test_the_health_check_answers_behind_a_lock_on_the_origin_table(cluster, db):
     """ALTER EXTENSION ... UPDATE, or a user's LOCK TABLE, holds the origin table: the check
     answers within its 1 s wait and says which row it skipped."""

@@ -22,6 +22,27 @@ CREATE INDEX ON df_events (id);
 INSERT INTO df_events VALUES (shard_id_compose(now() + interval '40 minutes', 5, 9), 2);
 INSERT INTO df_events (k) SELECT 1 FROM generate_series(1, 100);
 SELECT (SELECT min(id) FROM df_events_1) > (SELECT max(id) FROM df_events_2) AS above_the_other_partition;
+-- a table partitioned by range on the id (days by shard_id_partition_bounds, until today; today's
+-- ids in the default partition): its leaves are read from the newest down, the default one
+-- always, and the first id is above the newest stored, with no lock kept on the parent
+CREATE SEQUENCE df_days_s;
+CREATE TABLE df_days (id bigint PRIMARY KEY DEFAULT next_shard_id('df_days_s', 5), n int) PARTITION BY RANGE (id);
+DO $$ DECLARE r record; k int := 0; BEGIN
+    FOR r IN SELECT * FROM shard_id_partition_bounds(date_trunc('day', now()) - interval '3 days', date_trunc('day', now()), '1 day') LOOP
+        EXECUTE format('CREATE TABLE df_days_%s PARTITION OF df_days FOR VALUES FROM (%s) TO (%s)', k, r.lower, r.upper);
+        k := k + 1;
+    END LOOP; END $$;
+CREATE TABLE df_days_other PARTITION OF df_days DEFAULT;
+INSERT INTO df_days VALUES (shard_id_compose(now() - interval '2 days', 5, 1), 0),
+                           (shard_id_compose(now() + interval '40 minutes', 5, 2), 0);
+BEGIN;
+SELECT next_shard_id('df_days_s', 5) > 0 AS issued;
+SELECT count(*) AS locks_kept FROM pg_locks WHERE pid = pg_backend_pid() AND relation = 'df_days'::regclass;
+COMMIT;
+INSERT INTO df_days (n) VALUES (1);
+SELECT min(id) FILTER (WHERE n = 1) > max(id) FILTER (WHERE n = 0) AS above_the_default_partition FROM df_days;
+DROP TABLE df_days;
+DROP SEQUENCE df_days_s;
 -- a column with rows and no index: the data cannot tell, so ids start 10 minutes ahead
 CREATE SEQUENCE df_plain_s;
 CREATE TABLE df_plain (id bigint DEFAULT next_shard_id('df_plain_s', 6));
