@@ -25,7 +25,7 @@ export PG_BIN PG_SHARD_ID_RUN_DIR="$RUN_DIR"
 cd "$HERE"
 status=0
 say "the guarantee's scenarios (PostgreSQL $PG_MAJOR)"
-"$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=25 test_scenarios.py test_backfill.py test_convert.py test_convert_schema.py test_convert_replicas.py test_backfill_limits.py \
+"$VENV/bin/python" -m pytest -q -p no:cacheprovider --durations=25 -n 2 --dist loadfile test_scenarios.py test_backfill.py test_convert.py test_convert_schema.py test_convert_replicas.py test_backfill_limits.py \
     test_search_path.py test_privileges.py test_tenants.py test_in_flight.py test_convert_finishes.py test_convert_writers.py "$@" || status=1
 say "the lifecycle fuzzer (PostgreSQL $PG_MAJOR)"
 if [ -n "${FUZZ_SOAK:-}" ]; then
