@@ -179,12 +179,14 @@ SELECT DISTINCT l.relid, l.seq,
        -- the parent that partitions it BY RANGE on this column alone, in bigint's own order: the
        -- leaf's upper bound then bounds its ids, and the data floor reads the leaves of the
        -- highest bounds first, stopping where the rest cannot hold a newer id (issue 57)
+       -- (the leaf's parent first, through pg_inherits' index on the child: OFFSET 0 keeps the
+       -- planner from starting at the partitioned table and reading its every child per leaf)
        CASE WHEN c.relispartition THEN
            (SELECT i.inhparent
-              FROM pg_inherits i
+              FROM (SELECT h.inhparent FROM pg_inherits h WHERE h.inhrelid = l.relid OFFSET 0) i
               JOIN pg_partitioned_table pt ON pt.partrelid = i.inhparent
               JOIN pg_attribute pa ON pa.attrelid = i.inhparent AND pa.attnum = pt.partattrs[0]
-             WHERE i.inhrelid = l.relid AND pt.partstrat = 'r' AND pt.partnatts = 1
+             WHERE pt.partstrat = 'r' AND pt.partnatts = 1
                AND pa.attname = l.attname
                AND pt.partclass[0] = (SELECT o.oid FROM pg_opclass o JOIN pg_am am ON am.oid = o.opcmethod
                                        WHERE am.amname = 'btree' AND o.opcdefault
