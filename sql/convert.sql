@@ -1220,11 +1220,13 @@ BEGIN
                               AND t.relam = (SELECT relam FROM pg_class WHERE oid = oi.indexrelid)
                               AND (ti.indisunique, ti.indnatts, ti.indnkeyatts) = (oi.indisunique, oi.indnatts, oi.indnkeyatts)
                               AND ti.indoption::int2[] = oi.indoption::int2[]
-                              -- (the operator classes of the columns not moved; a moved one's
-                              -- follows its new type: an integer key's twin is on a bigint)
-                              AND ARRAY(SELECT CASE WHEN k.a = ANY (moves.olds) THEN 0 ELSE coalesce(k.c, 0) END
+                              -- (the operator classes of the plain columns not moved; a moved
+                              -- one's follows its new type, an integer key's twin is on a bigint,
+                              -- and so may an expression's: (id % 16) on an integer key is an
+                              -- integer, on its bigint twin a bigint, the twenty-second review)
+                              AND ARRAY(SELECT CASE WHEN k.a = 0 OR k.a = ANY (moves.olds) THEN 0 ELSE coalesce(k.c, 0) END
                                           FROM unnest(oi.indkey::int2[], oi.indclass::oid[]) WITH ORDINALITY k(a, c, i) ORDER BY k.i)
-                                  = ARRAY(SELECT CASE WHEN k.a = ANY (moves.news) THEN 0 ELSE coalesce(k.c, 0) END
+                                  = ARRAY(SELECT CASE WHEN k.a = 0 OR k.a = ANY (moves.news) THEN 0 ELSE coalesce(k.c, 0) END
                                             FROM unnest(ti.indkey::int2[], ti.indclass::oid[]) WITH ORDINALITY k(a, c, i) ORDER BY k.i)
                               AND (ti.indexprs IS NULL) = (oi.indexprs IS NULL) AND (ti.indpred IS NULL) = (oi.indpred IS NULL)
                               -- (both from 1: an int2vector's array counts from 0, and arrays of other

@@ -602,14 +602,25 @@ def test_a_citext_key_is_refused(cluster, db):
 
 def test_an_integer_key_s_indexes_that_do_not_read_it_differently_are_not_refused(cluster, db):
     """On 9c1015d every index with an expression or a predicate was refused when the key was not
-    bigint, even one whose expression and predicate do not read the key (the twelfth review)."""
+    bigint, even one whose expression and predicate do not read the key (the twelfth review). On
+    a797413 the twin of an expression index on an integer key, (id % 16), was not taken for the
+    conversion's own (its expression is a bigint on the new column, another operator class), and
+    every step after the index step was refused (the twenty-second review): they convert."""
     with cluster.connect(db) as conn:
         conn.execute("CREATE TABLE ip (id serial PRIMARY KEY, created_at timestamptz NOT NULL, name text, archived boolean)")
         conn.execute("CREATE INDEX ip_live ON ip (id) WHERE NOT archived")
         conn.execute("CREATE INDEX ip_name ON ip (lower(name), id)")
+        conn.execute("CREATE INDEX ip_bucket ON ip ((id % 16))")
+        conn.execute("INSERT INTO ip (created_at, name, archived) SELECT now() - g * interval '1 min', 'n' || g, g % 3 = 0 "
+                     "FROM generate_series(1, 300) g")
         conn.execute("CREATE SEQUENCE ip_shard_id_seq")
         assert conn.execute("SELECT object, detail FROM shard_id_convert_plan('ip', 'created_at', 'ip_shard_id_seq', 5) "
                             "WHERE action = 'refuse'").fetchall() == []
+        conn.execute("CALL shard_id_convert_prepare('ip', 'created_at', 'ip_shard_id_seq', 5)")
+        convert_after_the_prepare(conn, "ip", 100)
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT count(*) FROM ip WHERE shard_id_extract_shard(id) = 5") == 300
+        assert "((id % (16)::bigint))" in one(conn, "SELECT pg_get_indexdef('ip_bucket'::regclass)")
 
 
 @pytest.mark.parametrize("where", ["expression", "predicate"])
