@@ -17,7 +17,7 @@ from benchlib import alternated_pairs, clock_read_ns, insert_script, median_ci, 
 SMOKE = "--smoke" in sys.argv
 OUT = sys.argv[sys.argv.index("--out") + 1]
 N_GEN = 20_000 if SMOKE else 2_000_000
-PGBENCH_SECONDS = 2 if SMOKE else 10
+PGBENCH_SECONDS = 1 if SMOKE else 10
 # BENCH_INSERT_ROUNDS and BENCH_CLOSE_PAIRS shorten a full run (the report names what was used)
 INSERT_ROUNDS = 1 if SMOKE else int(os.environ.get("BENCH_INSERT_ROUNDS", 5))
 # next_shard_id against bigserial alone, in short alternating runs: enough pairs that the

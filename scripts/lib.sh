@@ -61,7 +61,8 @@ q() { psql -X -q -At -v ON_ERROR_STOP=1 "$@"; }
 # they succeed).
 error_of() { psql -X -q -At -v VERBOSITY=verbose "$@" 2>&1 >/dev/null | head -1 || true; }
 
-say() { printf '\033[1;34m==>\033[0m %s\n' "$*"; }
+# say MESSAGE: a progress line, with the time of day (a long run's log shows where its time went)
+say() { printf '\033[1;34m==>\033[0m %s %s\n' "$(date +%T)" "$*"; }
 
 # check NAME ACTUAL EXPECTED: one test assertion of the shell suites, counted in PASSED/FAILED.
 PASSED=0

@@ -1241,7 +1241,7 @@ BEGIN
     -- ---- each index on a moved column (a constraint's, or plain): a twin built concurrently on
     -- the new column (on each leaf of a partitioned index), swapped in under the old name ----
     FOR i IN 1 .. coalesce(array_length(indexes, 1), 0) LOOP
-        SELECT k.oid::regclass AS idx, k.relname, k.relkind, ns.nspname, ix.indrelid::regclass AS rel, ix.indisreplident, ix.indisclustered,
+        SELECT k.oid::regclass AS idx, k.relname, k.relkind, ns.nspname, k.relnamespace AS nspoid, ix.indrelid::regclass AS rel, ix.indisreplident, ix.indisclustered,
                obj_description(k.oid, 'pg_class') AS note, con.conname, con.contype, con.condeferrable, con.condeferred,
                obj_description(con.oid, 'pg_constraint') AS con_note
           INTO r FROM pg_class k JOIN pg_namespace ns ON ns.oid = k.relnamespace JOIN pg_index ix ON ix.indexrelid = k.oid
@@ -1250,7 +1250,7 @@ BEGIN
         kind := CASE r.contype WHEN 'p' THEN 'primary key' WHEN 'u' THEN 'unique constraint' ELSE 'index' END;
         what := CASE WHEN r.conname IS NOT NULL THEN format('constraint %I on %s', r.conname, r.rel) ELSE format('index %I.%I', r.nspname, r.relname) END;
         stmt := CASE r.contype WHEN 'p' THEN 'PRIMARY KEY' WHEN 'u' THEN 'UNIQUE' END;  -- the constraint's kind
-        FOR c IN SELECT l.relid::regclass AS leaf_index, lx.indrelid::regclass AS leaf, lk.relname AS leaf_index_name, ln.nspname,
+        FOR c IN SELECT l.relid::regclass AS leaf_index, lx.indrelid::regclass AS leaf, lk.relname AS leaf_index_name, ln.nspname, ln.oid AS nspoid,
                         (SELECT lc.conname FROM pg_constraint lc WHERE lc.conindid = l.relid AND lc.contype IN ('p', 'u')) AS leaf_conname,
                         (SELECT obj_description(lc.oid, 'pg_constraint') FROM pg_constraint lc
                           WHERE lc.conindid = l.relid AND lc.contype IN ('p', 'u')) AS leaf_con_note,
@@ -1259,7 +1259,8 @@ BEGIN
                    JOIN pg_class lk ON lk.oid = l.relid JOIN pg_namespace ln ON ln.oid = lk.relnamespace
                   WHERE l.isleaf
                  UNION ALL
-                 SELECT r.idx, r.rel, r.relname, r.nspname, r.conname, NULL, _pg_shard_id.derived_name(r.relname, '_shard_id_twin')
+                 SELECT r.idx, r.rel, r.relname, r.nspname, r.nspoid, r.conname, NULL,
+                        _pg_shard_id.derived_name(r.relname, '_shard_id_twin')
                   WHERE r.relkind = 'i'
                   ORDER BY 2 LOOP
             SELECT array_agg(cc.old_attnum ORDER BY cc.old_attnum) AS olds, array_agg(cc.new_attnum ORDER BY cc.old_attnum) AS news
@@ -1285,6 +1286,13 @@ BEGIN
                                           FROM unnest(oi.indkey::int2[], oi.indclass::oid[]) WITH ORDINALITY k(a, c, i) ORDER BY k.i)
                                   = ARRAY(SELECT CASE WHEN k.a = 0 OR k.a = ANY (moves.news) THEN 0 ELSE coalesce(k.c, 0) END
                                             FROM unnest(ti.indkey::int2[], ti.indclass::oid[]) WITH ORDINALITY k(a, c, i) ORDER BY k.i)
+                              -- (and the collations of all but the moved plain columns, which are
+                              -- bigint's, none: an index on (item COLLATE "C", shard_id) was taken
+                              -- for the twin of one on (item, id), the twenty-second review)
+                              AND ARRAY(SELECT CASE WHEN k.a <> 0 AND k.a = ANY (moves.olds) THEN 0 ELSE coalesce(k.c, 0) END
+                                          FROM unnest(oi.indkey::int2[], oi.indcollation::oid[]) WITH ORDINALITY k(a, c, i) ORDER BY k.i)
+                                  = ARRAY(SELECT CASE WHEN k.a <> 0 AND k.a = ANY (moves.news) THEN 0 ELSE coalesce(k.c, 0) END
+                                            FROM unnest(ti.indkey::int2[], ti.indcollation::oid[]) WITH ORDINALITY k(a, c, i) ORDER BY k.i)
                               AND (ti.indexprs IS NULL) = (oi.indexprs IS NULL) AND (ti.indpred IS NULL) = (oi.indpred IS NULL)
                               -- (both from 1: an int2vector's array counts from 0, and arrays of other
                               -- bounds are never equal)
@@ -1293,8 +1301,8 @@ BEGIN
                                             FROM unnest(oi.indkey::int2[]) WITH ORDINALITY k(a, i) ORDER BY k.i)),
                    coalesce((SELECT ti.indisvalid FROM pg_index ti WHERE ti.indexrelid = t.oid), false)
               INTO twin_is_ours, twin_valid
-              FROM pg_class t WHERE t.relname = c.twin AND t.relnamespace = (SELECT oid FROM pg_namespace WHERE nspname = c.nspname);
-            made := made || jsonb_build_object('kind', 'relation', 'scope', (SELECT oid FROM pg_namespace WHERE nspname = c.nspname), 'name', c.twin,
+              FROM pg_class t WHERE t.relname = c.twin AND t.relnamespace = c.nspoid;
+            made := made || jsonb_build_object('kind', 'relation', 'scope', c.nspoid, 'name', c.twin,
                                                'ours', coalesce(twin_is_ours, false));
             steps := steps || _pg_shard_id.step(300, 'indexes', kind, format('index %I.%I', c.nspname, c.leaf_index_name), 'build',
                                                 format('SHARE UPDATE EXCLUSIVE on %s (writes go on)', c.leaf),
@@ -2042,6 +2050,59 @@ BEGIN
             USING ERRCODE = '55000',
                   DETAIL = array_to_string(late, E'\n'),
                   HINT = 'Drop it (ALTER TABLE ... DROP CONSTRAINT), finish the conversion, then add it again: it then references the new key. Or abandon the conversion and prepare it again. Nothing was changed.';
+    END IF;
+    -- the conversion's triggers under the names it gave them (the swap drops them by name: one
+    -- renamed after the prepare made every finish fail, "trigger ... does not exist", the
+    -- twenty-second review), and ENABLE ALWAYS on the table and on every partition (one disabled,
+    -- or enabled again by a plain ENABLE TRIGGER ALL, as pg_restore --disable-triggers leaves
+    -- them, let writers set a referencing column the sweeps do not repair: a reference to
+    -- another row after the swap; and writers failed the finish's CHECKs: the twenty-third). A
+    -- trigger of its kind (its function, events and first argument) on the same table under
+    -- another name is that one renamed; none is one dropped.
+    late := ARRAY(
+        WITH expected (rel, tgname, fn, tgtype, arg) AS (
+            SELECT c.relid::regclass, _pg_shard_id.derived_name('shard_id_convert_', c.new_column),
+                   '_pg_shard_id.conversion_fill_row()'::regprocedure::oid, 23, c.new_column::text  -- BEFORE INSERT OR UPDATE
+              FROM _pg_shard_id.conversions c
+             WHERE c.relid = tbl AND c.phase <> 'finished'
+            UNION ALL
+            SELECT c.relid::regclass, _pg_shard_id.derived_name(_pg_shard_id.derived_name('shard_id_convert_', c.new_column), s.suffix),
+                   '_pg_shard_id.conversion_note_deleted()'::regprocedure::oid, s.tgtype, c.relid::oid::text
+              FROM _pg_shard_id.conversions c, (VALUES ('_deleted', 9), ('_rekeyed', 17)) s(suffix, tgtype)  -- AFTER DELETE, AFTER UPDATE
+             WHERE c.relid = tbl AND c.phase <> 'finished'
+            UNION
+            SELECT r.rel, v.n, '_pg_shard_id.conversion_fill_reference()'::regprocedure::oid, v.tgtype, r.fk_column::text
+              FROM _pg_shard_id.conversions c, _pg_shard_id.conversion_references(tbl, c.key_column, c.new_column) r,
+                   LATERAL (VALUES (_pg_shard_id.derived_name('shard_id_convert_', r.fk_new_column), 7),  -- BEFORE INSERT
+                                   (_pg_shard_id.derived_name('shard_id_convert_' || r.fk_new_column, '_update'), 19)) v(n, tgtype)  -- BEFORE UPDATE
+             WHERE c.relid = tbl AND c.phase <> 'finished'
+        ),
+        kin AS (  -- the triggers of each one's kind on its table
+            SELECT e.rel, e.tgname, t.tgname AS actual
+              FROM expected e JOIN pg_trigger t
+                ON t.tgrelid = e.rel AND t.tgfoid = e.fn AND t.tgparentid = 0 AND t.tgtype = e.tgtype
+               AND (_pg_shard_id.trigger_arguments(t.tgargs, t.tgnargs))[1] = e.arg
+        )
+        SELECT format('trigger %I on %s: %s', e.tgname, e.rel, w.what)
+          FROM expected e,
+               LATERAL (SELECT CASE WHEN EXISTS (SELECT FROM kin k WHERE k.rel = e.rel AND k.tgname = e.tgname AND k.actual = e.tgname) THEN
+                                        (SELECT string_agg(format('%s on %s', CASE t.tgenabled WHEN 'D' THEN 'disabled'
+                                                                               ELSE 'not ENABLE ALWAYS (writers as replica skip it)' END,
+                                                                  t.tgrelid::regclass), ', ' ORDER BY t.tgrelid)
+                                           FROM _pg_shard_id.tree(e.rel) p JOIN pg_trigger t ON t.tgrelid = p
+                                          WHERE t.tgname = e.tgname AND t.tgfoid = e.fn AND t.tgenabled <> 'A')
+                                    ELSE coalesce('renamed to ' || (SELECT string_agg(quote_ident(k.actual), ' or ' ORDER BY k.actual)
+                                                                      FROM kin k WHERE k.rel = e.rel AND k.tgname = e.tgname),
+                                                  'dropped') END AS what) w
+         WHERE w.what IS NOT NULL
+         ORDER BY 1);
+    IF cardinality(late) > 0 THEN
+        RAISE EXCEPTION 'pg_shard_id: a trigger the conversion of % made was renamed, dropped or disabled after its prepare', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = array_to_string(late, E'\n'),
+                  HINT = 'Renamed: rename it back (ALTER TRIGGER ... ON ... RENAME TO the name above), then call this again: nothing was changed. '
+                         'Dropped or disabled: rows written meanwhile may lack what it records, and enabling it again repairs none of them: '
+                         'abandon the conversion (CALL shard_id_convert_abandon(...)) and prepare it again.';
     END IF;
 END $$;
 

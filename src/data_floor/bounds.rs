@@ -1,7 +1,7 @@
-//! The upper bounds of RANGE partitions on the id (`Column::range_parent`), read from each
-//! parent's partition descriptor as the planner reads it for pruning: a leaf's rows all lie below
-//! its upper bound, so the data floor reads the leaves of the highest bounds first and stops where
-//! the rest cannot hold a newer id (`pg_shard_id_core::newest_first`, issue 57).
+//! The bounds (lower and upper) of RANGE partitions on the id (`Column::range_parent`), read
+//! from each parent's partition descriptor as the planner reads it for pruning: a leaf's rows all
+//! lie below its upper bound, so the data floor reads the leaves of the highest bounds first and
+//! stops where the rest cannot hold a newer id (`pg_shard_id_core::newest_first`, issue 57).
 //!
 //! Each parent is locked (AccessShareLock, as a reader) only if the lock is free at once, and
 //! held while the leaves are read ([`Bounds::release`]): a plain `DETACH PARTITION` waits for

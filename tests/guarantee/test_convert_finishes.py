@@ -1285,6 +1285,10 @@ TAKEN_AFTER_THE_PREPARE = {
     "index on the new column": (["CREATE INDEX by_item ON purchases (item, id)",
                                  "CREATE INDEX by_item_shard_id_twin ON purchases (amount) WHERE shard_id > 0"],
                                 "by_item_shard_id_twin", "INDEX"),
+    # 725b7b5: an index of another collation was taken for the twin
+    "index of another collation": (["CREATE INDEX by_item ON purchases (item, id)",
+                                    'CREATE INDEX by_item_shard_id_twin ON purchases (item COLLATE "C", shard_id)'],
+                                   "by_item_shard_id_twin", "INDEX"),
     # 8624a3a: taken for the conversion's NOT NULL CHECK, and dropped at the swap
     "not-null check": (["ALTER TABLE purchases ADD CONSTRAINT shard_id_convert_shard_id_not_null CHECK (amount > -5)"],
                        "shard_id_convert_shard_id_not_null", "TABLE purchases RENAME CONSTRAINT"),
@@ -1323,9 +1327,9 @@ def test_a_name_taken_after_the_prepare_is_refused(cluster, db, kind):
         convert_after_the_prepare(conn)
         assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
         if rename == "INDEX":
-            # (the user's index, renamed; its predicate's column is the key now)
+            # (the user's index, renamed; its new column is the key now)
             assert one(conn, "SELECT pg_get_indexdef('other_one'::regclass)") == \
-                definition.replace(taken, "other_one").replace("(shard_id > 0)", "(id > 0)")
+                definition.replace(taken, "other_one").replace("shard_id", "id")
             assert "(item, id)" in one(conn, "SELECT pg_get_indexdef('by_item'::regclass)")
         else:
             assert one(conn, "SELECT pg_get_constraintdef(oid) FROM pg_constraint WHERE conname = 'other_one'") == definition
@@ -1357,3 +1361,109 @@ def test_a_partition_s_constraint_with_a_twin_s_name_is_refused(cluster, db):
         convert_after_the_prepare(conn, "pp")
         assert one(conn, "SELECT count(*) FROM pp WHERE shard_id_extract_shard(id) = 5") == 200
         assert one(conn, "SELECT count(*) FROM pg_constraint WHERE conname = 'a_set' AND conrelid = 'pp1'::regclass") == 1
+
+
+CONVERSION_TRIGGERS = {
+    # the conversion's trigger: (table, name)
+    "fill": ("purchases", "shard_id_convert_shard_id"),
+    "rekeyed": ("purchases", "shard_id_convert_shard_id_rekeyed"),
+    "reference": ("purchase_lines", "shard_id_convert_purchase_id_shard_id"),
+}
+
+
+@pytest.mark.parametrize("trigger", sorted(CONVERSION_TRIGGERS))
+def test_a_trigger_of_the_conversion_renamed_after_the_prepare_stops_every_step_until_renamed_back(cluster, db, trigger):
+    """On 725b7b5 a trigger of the conversion renamed after the prepare (a migration tool that
+    renames triggers to its own convention) was found by nobody: the batches ran, and every
+    finish failed at the swap's DROP TRIGGER ("does not exist": the twenty-second review). Now
+    every step refuses (55000) naming it and its new name, before it changes anything; renamed
+    back, the conversion finishes. One dropped is refused too, and abandoning still works."""
+    table, name = CONVERSION_TRIGGERS[trigger]
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        conn.execute(f"ALTER TRIGGER {name} ON {table} RENAME TO audit_{trigger}")
+        conn.execute("INSERT INTO purchases (created_at, item) VALUES (now(), 'during')")
+
+        def refused_until_renamed_back(*steps):
+            for step in steps:
+                with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+                    conn.execute(step)
+                assert f"trigger {name} on public.{table}: renamed to audit_{trigger}" in \
+                    (refused.value.diag.message_detail or ""), (step, str(refused.value))
+            conn.execute(f"ALTER TRIGGER audit_{trigger} ON {table} RENAME TO {name}")
+
+        refused_until_renamed_back("SELECT * FROM shard_id_convert_indexes('purchases')", "CALL shard_id_convert('purchases', 700)")
+        assert one(conn, "SELECT count(*) FROM pg_class WHERE relname LIKE '%shard_id_twin'") == 0, "the index step ran"
+        # (and once every row has its id: the finish)
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        conn.execute(f"ALTER TRIGGER {name} ON {table} RENAME TO audit_{trigger}")
+        refused_until_renamed_back("CALL shard_id_convert_finish('purchases')")
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT count(*) FROM purchases WHERE shard_id_extract_timestamp(id) IS NULL") == 0
+        # dropped: refused, and abandoning takes the rest away
+        conn.execute("DROP TABLE purchase_lines, purchases; DROP SEQUENCE purchases_shard_id_seq")
+        base_schema(conn)
+        prepare(conn)
+        conn.execute(f"DROP TRIGGER {name} ON {table}")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute("CALL shard_id_convert('purchases', 700)")
+        assert f"trigger {name} on public.{table}: dropped" in refused.value.diag.message_detail
+        conn.execute("CALL shard_id_convert_abandon('purchases')")
+        assert "shard_id" not in columns(conn, "purchases")
+        assert one(conn, "SELECT count(*) FROM pg_trigger WHERE tgname LIKE 'shard_id_convert%'") == 0
+
+
+def test_a_trigger_of_the_conversion_disabled_after_the_prepare_stops_every_step(cluster, db):
+    """On 725b7b5 the conversion's triggers disabled after the prepare, or enabled again by a
+    plain ENABLE TRIGGER ALL (as pg_restore --disable-triggers leaves them), went unseen: a
+    referencing row updated by a writer as replica kept its old parent's placeholder, pointed at
+    another row after the finish, and writers failed the finish's CHECKs (the twenty-third
+    review). Every step refuses (55000) naming the trigger and how, on the table or on one
+    partition (PostgreSQL allows disabling a partition's clone); abandoning and preparing again
+    converts."""
+    with cluster.connect(db) as conn:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        conn.execute("ALTER TABLE purchase_lines DISABLE TRIGGER ALL")
+        conn.execute("ALTER TABLE purchase_lines ENABLE TRIGGER ALL")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute("CALL shard_id_convert('purchases', 700)")
+        detail = refused.value.diag.message_detail
+        assert ("trigger shard_id_convert_purchase_id_shard_id on public.purchase_lines: "
+                "not ENABLE ALWAYS (writers as replica skip it) on public.purchase_lines") in detail, detail
+        conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id, "
+                     "ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id_update")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+        conn.execute("CALL shard_id_convert('purchases', 700)")
+        conn.execute("ALTER TABLE purchases DISABLE TRIGGER shard_id_convert_shard_id_deleted")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert "shard_id_convert_shard_id_deleted on public.purchases: disabled on public.purchases" in \
+            refused.value.diag.message_detail
+        conn.execute("CALL shard_id_convert_abandon('purchases')")
+        prepare(conn)
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT count(*) FROM purchase_lines l LEFT JOIN purchases p ON p.id = l.purchase_id "
+                         "WHERE p.id IS NULL") == 0
+        # a partition's clone
+        conn.execute("CREATE TABLE pp (id bigserial, created_at timestamptz NOT NULL DEFAULT now(), "
+                     "PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)")
+        conn.execute("CREATE TABLE pp1 PARTITION OF pp FOR VALUES FROM ('2020-10-01') TO ('2030-01-01')")
+        conn.execute("CREATE TABLE pp2 PARTITION OF pp FOR VALUES FROM ('2030-01-01') TO ('2040-01-01')")
+        conn.execute("INSERT INTO pp (created_at) SELECT '2026-02-01'::timestamptz + g * interval '1 min' FROM generate_series(1, 50) g")
+        conn.execute("CREATE SEQUENCE pp_seq")
+        conn.execute("CALL shard_id_convert_prepare('pp', 'created_at', 'pp_seq', 5)")
+        conn.execute("ALTER TABLE pp2 DISABLE TRIGGER shard_id_convert_shard_id")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute("SELECT * FROM shard_id_convert_indexes('pp')")
+        assert "trigger shard_id_convert_shard_id on public.pp: disabled on public.pp2" in refused.value.diag.message_detail
+        conn.execute("ALTER TABLE pp2 ENABLE ALWAYS TRIGGER shard_id_convert_shard_id")
+        convert_after_the_prepare(conn, "pp")
+        assert one(conn, "SELECT count(*) FROM pp WHERE shard_id_extract_shard(id) = 5") == 50
