@@ -288,16 +288,20 @@ def test_a_column_renamed_after_the_prepare_stops_every_step_until_renamed_back(
         assert one(conn, "SELECT count(*) FROM purchases WHERE shard_id_extract_timestamp(id) IS NULL") == 0
 
 
+def build_twins(conn, table="purchases"):
+    """The index step: the statements shard_id_convert_indexes emits, run."""
+    for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes(%s)", (table,)).fetchall():
+        conn.execute(statement)
+
+
 def prepare_with_twin_indexes(conn):
     """The prepare, then the index step (the twins built)."""
     prepare(conn)
-    for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-        conn.execute(statement)
+    build_twins(conn)
 
 
 def convert_after_the_prepare(conn, table="purchases", batch=700):
-    for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes(%s)", (table,)).fetchall():
-        conn.execute(statement)
+    build_twins(conn, table)
     conn.execute("CALL shard_id_convert(%s, %s)", (table, batch))
     conn.execute("CALL shard_id_convert_finish(%s)", (table,))
 
@@ -1397,8 +1401,7 @@ def test_a_trigger_of_the_conversion_renamed_after_the_prepare_stops_every_step_
         refused_until_renamed_back("SELECT * FROM shard_id_convert_indexes('purchases')", "CALL shard_id_convert('purchases', 700)")
         assert one(conn, "SELECT count(*) FROM pg_class WHERE relname LIKE '%shard_id_twin'") == 0, "the index step ran"
         # (and once every row has its id: the finish)
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        build_twins(conn)
         conn.execute("CALL shard_id_convert('purchases', 700)")
         conn.execute(f"ALTER TRIGGER {name} ON {table} RENAME TO audit_{trigger}")
         refused_until_renamed_back("CALL shard_id_convert_finish('purchases')")
@@ -1439,8 +1442,7 @@ def test_a_trigger_of_the_conversion_disabled_after_the_prepare_stops_every_step
                 "not ENABLE ALWAYS (writers as replica skip it) on public.purchase_lines") in detail, detail
         conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id, "
                      "ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id_update")
-        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
-            conn.execute(statement)
+        build_twins(conn)
         conn.execute("CALL shard_id_convert('purchases', 700)")
         conn.execute("ALTER TABLE purchases DISABLE TRIGGER shard_id_convert_shard_id_deleted")
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
