@@ -617,6 +617,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 32 SET search_path = pg_catalog, pg_te
     ('function', 'pg_depend: pg_proc (a body in SQL-standard form)', 'carry', 'CREATE OR REPLACE from its definition; refused when the key is not bigint or the caller cannot act as its owner'),
     ('generated column', 'pg_depend: pg_attrdef', 'refuse', 'a stored one: PostgreSQL computes it only by rewriting the table (ALTER ... SET EXPRESSION, PostgreSQL 17 and later, under ACCESS EXCLUSIVE); a virtual one (PostgreSQL 18) is carried: SET EXPRESSION, no rewrite'),
     ('sequence owned by the column', 'pg_depend: pg_class (a sequence)', 'keep', 'stays with the old column, which keeps its DEFAULT (or identity) and draws from it until dropped'),
+    ('sequence of the new ids', 'pg_depend: pg_class (a sequence owned by a moved column)', 'refuse', 'the sequence given for the new ids is the old key''s own (its serial or identity): dropping the old column would take it, and the new DEFAULT with it; create one for the new ids'),
     ('partition key', 'pg_partitioned_table.partattrs', 'refuse', 'a referencing column in a partition key: its rows would stay where the old values put them'),
     ('column privileges', 'pg_attribute.attacl', 'carry', 'granted on the new column too (GRANT ... (column) ...), by the caller: a grant another role made is recorded as the caller''s'),
     ('column comment', 'pg_description', 'carry', 'COMMENT ON COLUMN, on the new column'),
@@ -638,7 +639,7 @@ LANGUAGE sql IMMUTABLE PARALLEL SAFE ROWS 32 SET search_path = pg_catalog, pg_te
     ('partitioned referencing table', 'pg_class.relkind', 'refuse', 'PostgreSQL 15 to 17 refuse the NOT VALID foreign key the swap makes on a partitioned table: drop the foreign key, convert, add it again (18 allows it)'),
     ('no index on the key', 'pg_index', 'refuse', 'next_shard_id_at reads the new ids from a btree index with the new column first, the twin of one with the key first: make one first'),
     ('default of a referencing column', 'pg_attrdef', 'refuse', 'a DEFAULT on a referencing column names an old key: the swap gives the column''s name to the new column, which has no DEFAULT; drop it, convert, set it again to the new id of the row it names'),
-    ('index with nulls not distinct', 'pg_index.indnullsnotdistinct', 'refuse', 'its twin is built before the batches, while every row''s new column is still NULL: two rows would be duplicates'),
+    ('index with nulls not distinct', 'pg_index.indnullsnotdistinct (a unique constraint''s index too)', 'refuse', 'its twin is built before the batches, while every row''s new column is still NULL: two rows would be duplicates'),
     ('expression on a key that is not bigint', 'pg_trigger.tgqual, pg_policy, pg_rewrite, pg_statistic_ext.stxexprs, pg_publication_rel.prqual, pg_index', 'refuse', 'written for the old column''s type: on the new bigint column it may resolve to other functions and operators, or none; drop it, convert, create it again'),
     ('index expression new ids fail', 'pg_index.indexprs, indpred', 'refuse', 'an index expression or predicate of the key, tried on two new ids, fails ((id)::int4): every insert would fail once its twin is built'),
     ('another conversion', '_pg_shard_id.conversions', 'refuse', 'another conversion in progress moves a column of one of the same tables (its twins would take the same names): finish or abandon it first'),
@@ -1078,7 +1079,12 @@ BEGIN
               ORDER BY dep.classid, dep.objid, dep.objsubid, cc.role LOOP
         IF d.classid = 'pg_class'::regclass THEN
             SELECT k.relkind INTO x FROM pg_class k WHERE k.oid = d.objid;
-            IF x.relkind = 'S' THEN
+            IF x.relkind = 'S' AND d.objid = seq::oid AND NOT prepared THEN
+                -- (the new ids' own sequence must outlive the old column: the twenty-fifth review)
+                steps := steps || _pg_shard_id.step(0, 'prepare', 'sequence of the new ids', d.what, 'refuse', NULL, NULL,
+                                                    format('owned by %s.%I, the old key (its serial or identity), whose column is kept until you drop it, which would drop the sequence, and the new DEFAULT with it: create a sequence for the new ids (CREATE SEQUENCE ...) and pass it',
+                                                           d.rel, d.old_column), false);
+            ELSIF x.relkind = 'S' THEN
                 steps := steps || _pg_shard_id.step(900, 'kept', 'sequence owned by the column', d.what, 'keep', NULL, NULL,
                                                     format('owned by %s.%I (the old key, kept as %I), which keeps its DEFAULT or identity and draws from it until you drop it',
                                                            d.rel, d.old_column, _pg_shard_id.derived_name(d.old_column, '_before_shard_id')), true);
@@ -1112,6 +1118,14 @@ BEGIN
             -- dropped at the swap, and needs no twin)
             CONTINUE WHEN r.contype = 'c' AND _pg_shard_id.own_constraint(r.oid, tbl, key_column, new_column);
             IF r.contype IN ('p', 'u') THEN
+                -- (its index's refusals too: UNIQUE NULLS NOT DISTINCT (id) went through, and its
+                -- twin, built while every new column is NULL, could never be: the twenty-fifth review)
+                why := _pg_shard_id.index_refusal(r.conindid, d.rel, d.old_column, d.old_attnum, d.old_type);
+                IF why IS NOT NULL THEN
+                    steps := steps || _pg_shard_id.step(0, 'prepare', split_part(why, ': ', 1), format('constraint %I on %s', r.conname, d.rel), 'refuse', NULL, NULL,
+                                                        substr(why, strpos(why, ': ') + 2), false);
+                    CONTINUE;
+                END IF;
                 indexes := indexes || ARRAY[[r.conindid, r.oid]];
             ELSIF r.contype = 'x' THEN
                 steps := steps || _pg_shard_id.step(0, 'prepare', 'exclusion constraint', format('constraint %I on %s', r.conname, d.rel), 'refuse', NULL,
@@ -2020,7 +2034,7 @@ END $$;
 -- A trigger's arguments (pg_trigger.tgargs: each followed by a zero byte), as text in the
 -- database's encoding; an argument that is not valid text there is NULL (it names no column).
 CREATE FUNCTION _pg_shard_id.trigger_arguments(args bytea, n smallint) RETURNS text[]
-LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE STRICT PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     found text[] := '{}';
     cut integer;
@@ -2046,7 +2060,7 @@ END $$;
 -- written meanwhile was left without its new reference, which the sweeps fill). Writers go on
 -- meanwhile: a trigger reads a missing column as NULL.
 CREATE FUNCTION _pg_shard_id.renamed_columns(tbl regclass) RETURNS SETOF text
-LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 4 SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL UNSAFE ROWS 4 SET search_path = pg_catalog, pg_temp AS $$
     WITH triggers AS MATERIALIZED (
         -- (only the triggers on the table and on the tables whose foreign keys reference it,
         -- whose owners the conversion works for, are read: another role's trigger elsewhere
@@ -2087,7 +2101,7 @@ $$;
 -- arguments stops nothing). As the statements that drop them: the triggers, then the columns
 -- (with their index and CHECKs).
 CREATE FUNCTION _pg_shard_id.orphaned_references(tbl regclass) RETURNS SETOF text
-LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 2 SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE sql STABLE STRICT PARALLEL UNSAFE ROWS 2 SET search_path = pg_catalog, pg_temp AS $$
     WITH orphans AS MATERIALIZED (
         SELECT t.tgrelid::regclass AS rel, t.tgname, (_pg_shard_id.trigger_arguments(t.tgargs, t.tgnargs))[2] AS new_column
           FROM pg_trigger t JOIN pg_class k ON k.oid = t.tgrelid
@@ -2113,7 +2127,7 @@ $$;
 -- never made: the index step asked for an index on a column that did not exist: the tenth
 -- review).
 CREATE FUNCTION _pg_shard_id.refuse_changed(tbl regclass) RETURNS void
-LANGUAGE plpgsql STABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+LANGUAGE plpgsql STABLE STRICT PARALLEL UNSAFE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     gone text[] := ARRAY(SELECT _pg_shard_id.renamed_columns(tbl));
     late text[];
@@ -2187,6 +2201,15 @@ BEGIN
                                    (_pg_shard_id.derived_name('shard_id_convert_' || r.fk_new_column, '_update'), 19)) v(n, tgtype)  -- BEFORE UPDATE
              WHERE c.relid = tbl AND c.phase <> 'finished'
         ),
+        off AS MATERIALIZED (  -- the conversion's triggers not ENABLE ALWAYS, on any table: one scan of pg_trigger
+                  -- (usually no row; tree() per trigger cost 20 ms at 3,000 partitions, at every
+                  -- batch: the twenty-fourth review)
+            SELECT t.tgname, t.tgfoid, t.tgrelid, t.tgenabled
+              FROM pg_trigger t
+             WHERE t.tgfoid IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_note_deleted()'::regprocedure,
+                                '_pg_shard_id.conversion_fill_reference()'::regprocedure)
+               AND t.tgenabled <> 'A'
+        ),
         kin AS (  -- the triggers of each one's kind on its table
             SELECT e.rel, e.tgname, t.tgname AS actual
               FROM expected e JOIN pg_trigger t
@@ -2197,10 +2220,12 @@ BEGIN
           FROM expected e,
                LATERAL (SELECT CASE WHEN EXISTS (SELECT FROM kin k WHERE k.rel = e.rel AND k.tgname = e.tgname AND k.actual = e.tgname) THEN
                                         (SELECT string_agg(format('%s on %s', CASE t.tgenabled WHEN 'D' THEN 'disabled'
+                                                                               WHEN 'R' THEN 'ENABLE REPLICA (ordinary writers skip it)'
                                                                                ELSE 'not ENABLE ALWAYS (writers as replica skip it)' END,
                                                                   t.tgrelid::regclass), ', ' ORDER BY t.tgrelid)
-                                           FROM _pg_shard_id.tree(e.rel) p JOIN pg_trigger t ON t.tgrelid = p
-                                          WHERE t.tgname = e.tgname AND t.tgfoid = e.fn AND t.tgenabled <> 'A')
+                                           FROM off t
+                                          WHERE t.tgname = e.tgname AND t.tgfoid = e.fn
+                                            AND (t.tgrelid = e.rel OR e.rel IN (SELECT pg_partition_ancestors(t.tgrelid))))
                                     ELSE coalesce('renamed to ' || (SELECT string_agg(quote_ident(k.actual), ' or ' ORDER BY k.actual)
                                                                       FROM kin k WHERE k.rel = e.rel AND k.tgname = e.tgname),
                                                   'dropped') END AS what) w
@@ -2210,9 +2235,9 @@ BEGIN
         RAISE EXCEPTION 'pg_shard_id: a trigger the conversion of % made was renamed, dropped or disabled after its prepare', tbl
             USING ERRCODE = '55000',
                   DETAIL = array_to_string(late, E'\n'),
-                  HINT = 'Renamed: rename it back (ALTER TRIGGER ... ON ... RENAME TO the name above), then call this again: nothing was changed. '
-                         'Dropped or disabled: rows written meanwhile may lack what it records, and enabling it again repairs none of them: '
-                         'abandon the conversion (CALL shard_id_convert_abandon(...)) and prepare it again.';
+                  HINT = 'Renamed: rename it back (ALTER TRIGGER ... ON ... RENAME TO the name above); disabled or not ENABLE ALWAYS: ALTER TABLE ... ENABLE ALWAYS TRIGGER ...; '
+                         'then call this again: nothing was changed, and the finish makes every reference agree with its parent before the swap (what was written meanwhile). '
+                         'Dropped: abandon the conversion (CALL shard_id_convert_abandon(...)) and prepare it again.';
     END IF;
 END $$;
 
@@ -2610,6 +2635,39 @@ BEGIN
     RETURN done;
 END $$;
 
+-- Before the swap, every reference made to agree with its parent, found by the old key (one scan
+-- of each referencing table, writes going on; it updates only the rows that disagree, their
+-- owner's triggers quiet as in the batches). The conversion's triggers keep references right as
+-- writers change them, and the sweeps find what they left NULL or a placeholder through the new
+-- columns' indexes; but a writer while a trigger was off (disabled, then enabled again between
+-- two steps, or within one transaction: no catalog check can see it) left a reference to
+-- another row, which the foreign key validated after the swap accepts, that row existing (the
+-- twenty-fourth review). A reference whose parent is gone (a NOT VALID foreign key's orphan)
+-- keeps its placeholder. Returns how many it repaired.
+CREATE FUNCTION _pg_shard_id.repair_references(tbl regclass, caller_path text) RETURNS bigint
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    state _pg_shard_id.conversions;
+    r record;
+    repaired bigint := 0;
+    done bigint;
+BEGIN
+    SELECT * INTO state FROM _pg_shard_id.conversions c WHERE c.relid = tbl;
+    FOR r IN SELECT DISTINCT rr.rel, rr.fk_column, rr.fk_new_column
+               FROM _pg_shard_id.conversion_references(tbl, state.key_column, state.new_column) rr ORDER BY 1, 2 LOOP
+        done := _pg_shard_id.run(tbl, format('UPDATE %s c SET %I = p.%I FROM %s p WHERE p.%I OPERATOR(pg_catalog.=) c.%I '
+                                             'AND p.%I IS NOT NULL AND (c.%I IS NULL OR c.%I OPERATOR(pg_catalog.<>) p.%I)',
+                                             _pg_shard_id.qualified(r.rel), r.fk_new_column, state.new_column, _pg_shard_id.qualified(tbl),
+                                             state.key_column, r.fk_column, state.new_column, r.fk_new_column, r.fk_new_column, state.new_column),
+                                 NULL, NULL, caller_path);
+        IF done > 0 THEN
+            RAISE NOTICE 'pg_shard_id: % rows of %.% referenced another row than their parent''s (written while a trigger of the conversion was off): repaired', done, r.rel, r.fk_column;
+        END IF;
+        repaired := repaired + done;
+    END LOOP;
+    RETURN repaired;
+END $$;
+
 -- One transaction of shard_id_convert: one batch (a range of heap blocks of the current unit),
 -- or, when every unit is done, the sweep. Returns whether there is more to do.
 CREATE FUNCTION _pg_shard_id.convert_step(tbl regclass, batch_rows integer, caller_path text) RETURNS boolean
@@ -2773,6 +2831,7 @@ BEGIN
             EXECUTE step.statement;
             RETURN true;
         END IF;
+        PERFORM _pg_shard_id.repair_references(tbl, caller_path);
         PERFORM _pg_shard_id.wait_for_older_transactions(tbl);
         PERFORM _pg_shard_id.swap(tbl, caller_path);
         RETURN true;
@@ -3660,10 +3719,11 @@ COMMENT ON FUNCTION _pg_shard_id.rows_per_block(regclass) IS 'Rows per heap bloc
 COMMENT ON FUNCTION _pg_shard_id.conversion_note_deleted() IS 'The AFTER DELETE and UPDATE OF the key triggers of a table being converted: record the new ids of rows deleted or given another key, so that rows referencing one inserted again with its old key follow it (SECURITY DEFINER; reads only the new id, by field selection; records only for a trigger on the table being converted).';
 COMMENT ON FUNCTION _pg_shard_id.renamed_columns(regclass) IS 'The columns a prepared conversion names (in its state and its triggers'' arguments) that no longer exist under that name: renamed or dropped after the prepare.';
 COMMENT ON FUNCTION _pg_shard_id.trigger_arguments(bytea, smallint) IS 'A trigger''s arguments (pg_trigger.tgargs) as text in the database''s encoding; one that is not valid text there is NULL.';
-COMMENT ON FUNCTION _pg_shard_id.refuse_changed(regclass) IS 'Raises 55000 naming each column a conversion names that was renamed or dropped after its prepare, and each foreign key to its key added after it; every step calls it before it changes anything.';
+COMMENT ON FUNCTION _pg_shard_id.refuse_changed(regclass) IS 'Raises 55000 naming each column a conversion names that was renamed or dropped after its prepare, each foreign key to its key added after it, and each of its triggers renamed, dropped or not ENABLE ALWAYS; every step calls it before it changes anything.';
 COMMENT ON FUNCTION _pg_shard_id.equality_of_pg_catalog(regclass, name) IS 'Whether a table''s key compares with PostgreSQL''s own equality (its primary key''s btree family''s operator in pg_catalog), as the conversion''s triggers and sweeps compare keys.';
 COMMENT ON FUNCTION _pg_shard_id.index_refusal(oid, regclass, name, smallint, text) IS 'Why an index on a moved column cannot follow it (kind: reason), or NULL: nulls not distinct, an index for another type than bigint, an expression or predicate that fails for new ids.';
 COMMENT ON FUNCTION _pg_shard_id.sweep(regclass, text, boolean) IS 'The sweeps of a conversion: rows still without a new id, referencing rows whose referenced row was not known, and those of a row deleted and inserted again; then the record of deleted rows loses what they saw.';
+COMMENT ON FUNCTION _pg_shard_id.repair_references(regclass, text) IS 'Before the swap: every referencing row whose new reference disagrees with the new id of the row its old one names (written while a trigger of the conversion was off) gets that id; one scan of each referencing table. Returns how many.';
 COMMENT ON FUNCTION _pg_shard_id.lock_tables(text) IS 'The swap''s locks, taken without holding one while waiting long for another: attempts of at most 200 ms a lock, for 10 s in all.';
 /* </end connected objects> */
 

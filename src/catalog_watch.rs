@@ -53,20 +53,15 @@ unsafe extern "C-unwind" fn object_access(
     let Some(watch) = shmem::catalog_watch() else {
         return;
     };
-    // SAFETY: a catalog lookup by oid and backend globals, in the transaction that changes the
+    // SAFETY: a catalog lookup by oid and a backend global, in the transaction that changes the
     // object (a lookup that cannot see it yet answers 0: counted).
-    let (relkind, database, xid) = unsafe {
+    let (relkind, database) = unsafe {
         let relkind = if class == pg_sys::RelationRelationId {
             pg_sys::get_rel_relkind(object) as u8
         } else {
             0
         };
-        let xid = if pg_sys::IsInParallelMode() {
-            pg_sys::GetTopFullTransactionIdIfAny()
-        } else {
-            pg_sys::GetTopFullTransactionId()
-        };
-        (relkind, pg_sys::MyDatabaseId, xid.value)
+        (relkind, pg_sys::MyDatabaseId)
     };
     if relkind == pg_sys::RELKIND_SEQUENCE && access == OAT_DROP {
         let key = slot_key(database.to_u32(), object.to_u32());
@@ -78,9 +73,23 @@ unsafe extern "C-unwind" fn object_access(
         pg_sys::RELKIND_SEQUENCE,
         pg_sys::RELKIND_TOASTVALUE,
     ];
-    if !cannot_hold_a_default.contains(&relkind) {
-        watch.changed(database.to_u32(), xid);
+    if cannot_hold_a_default.contains(&relkind) {
+        // (before the transaction gets an id: DROP INDEX CONCURRENTLY must be the first action of
+        // a transaction that has none, and with the library preloaded it failed on every
+        // server, the conversion's rebuild of an interrupted twin among them: the twenty-fifth
+        // review)
+        return;
     }
+    // SAFETY: the transaction that changes the object; in parallel mode an id cannot be assigned
+    // (and the leader's is there already, if any).
+    let xid = unsafe {
+        if pg_sys::IsInParallelMode() {
+            pg_sys::GetTopFullTransactionIdIfAny()
+        } else {
+            pg_sys::GetTopFullTransactionId()
+        }
+    };
+    watch.changed(database.to_u32(), xid.value);
 }
 
 /// Transactions as PostgreSQL's process array sees them.

@@ -13,7 +13,7 @@ import psycopg
 import pytest
 
 from pgcluster import Cluster, wait_for
-from test_convert_schema import base_schema, convert, one, prepare, role
+from test_convert_schema import PURCHASES, base_schema, convert, one, prepare, role
 
 
 @pytest.fixture(scope="module")
@@ -1424,11 +1424,13 @@ def test_a_trigger_of_the_conversion_renamed_after_the_prepare_stops_every_step_
 def test_a_trigger_of_the_conversion_disabled_after_the_prepare_stops_every_step(cluster, db):
     """On 725b7b5 the conversion's triggers disabled after the prepare, or enabled again by a
     plain ENABLE TRIGGER ALL (as pg_restore --disable-triggers leaves them), went unseen: a
-    referencing row updated by a writer as replica kept its old parent's placeholder, pointed at
+    referencing row updated by a writer as replica kept its old parent's new id, pointed at
     another row after the finish, and writers failed the finish's CHECKs (the twenty-third
     review). Every step refuses (55000) naming the trigger and how, on the table or on one
-    partition (PostgreSQL allows disabling a partition's clone); abandoning and preparing again
-    converts."""
+    partition (PostgreSQL allows disabling a partition's clone). A trigger disabled and enabled
+    again between two steps no catalog check can see: on 26b0485 the reference written meanwhile
+    went through the swap pointing at another row (the twenty-fourth review); the finish makes
+    every reference agree with its parent, by the old key, before the swap."""
     with cluster.connect(db) as conn:
         conn.autocommit = True
         base_schema(conn)
@@ -1441,19 +1443,28 @@ def test_a_trigger_of_the_conversion_disabled_after_the_prepare_stops_every_step
         assert ("trigger shard_id_convert_purchase_id_shard_id on public.purchase_lines: "
                 "not ENABLE ALWAYS (writers as replica skip it) on public.purchase_lines") in detail, detail
         conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id, "
-                     "ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id_update")
+                     "ENABLE REPLICA TRIGGER shard_id_convert_purchase_id_shard_id_update")
+        with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+            conn.execute("CALL shard_id_convert('purchases', 700)")
+        assert "_update on public.purchase_lines: ENABLE REPLICA (ordinary writers skip it)" in refused.value.diag.message_detail
+        conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id_update")
         build_twins(conn)
         conn.execute("CALL shard_id_convert('purchases', 700)")
+        # off and on again between two steps, a writer in between
+        conn.execute("ALTER TABLE purchase_lines DISABLE TRIGGER shard_id_convert_purchase_id_shard_id_update")
+        conn.execute("UPDATE purchase_lines SET purchase_id = 2 WHERE id IN (1, 3)")
+        conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id_update")
         conn.execute("ALTER TABLE purchases DISABLE TRIGGER shard_id_convert_shard_id_deleted")
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
             conn.execute("CALL shard_id_convert_finish('purchases')")
         assert "shard_id_convert_shard_id_deleted on public.purchases: disabled on public.purchases" in \
             refused.value.diag.message_detail
-        conn.execute("CALL shard_id_convert_abandon('purchases')")
-        prepare(conn)
+        conn.execute("ALTER TABLE purchases ENABLE ALWAYS TRIGGER shard_id_convert_shard_id_deleted")
         convert_after_the_prepare(conn)
-        assert one(conn, "SELECT count(*) FROM purchase_lines l LEFT JOIN purchases p ON p.id = l.purchase_id "
-                         "WHERE p.id IS NULL") == 0
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT count(*) FROM purchase_lines l JOIN purchases p ON p.id = l.purchase_id "
+                         "WHERE l.purchase_id_before_shard_id = p.id_before_shard_id") == 2 * PURCHASES
+        assert one(conn, "SELECT count(*) FROM purchase_lines WHERE purchase_id_before_shard_id = 2 AND id IN (1, 3)") == 2
         # a partition's clone
         conn.execute("CREATE TABLE pp (id bigserial, created_at timestamptz NOT NULL DEFAULT now(), "
                      "PRIMARY KEY (id, created_at)) PARTITION BY RANGE (created_at)")
@@ -1469,3 +1480,30 @@ def test_a_trigger_of_the_conversion_disabled_after_the_prepare_stops_every_step
         conn.execute("ALTER TABLE pp2 ENABLE ALWAYS TRIGGER shard_id_convert_shard_id")
         convert_after_the_prepare(conn, "pp")
         assert one(conn, "SELECT count(*) FROM pp WHERE shard_id_extract_shard(id) = 5") == 50
+
+
+def test_an_interrupted_twin_build_is_built_again_by_the_index_step(cluster, db):
+    """A twin's CREATE INDEX CONCURRENTLY interrupted (a statement timeout, a cancel) leaves it
+    invalid; the index step then emits DROP INDEX CONCURRENTLY and the build again. On 010dbbb
+    that DROP failed wherever the library was preloaded ("must be first action in transaction":
+    its catalog hook gave the transaction an id first, the twenty-fifth review), and the
+    conversion could go on only by abandoning it or a plain DROP INDEX that stops writers."""
+    with cluster.connect(db) as conn, cluster.connect(db) as writer:
+        conn.autocommit = True
+        base_schema(conn)
+        prepare(conn)
+        (statement,) = [s for (s,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall()
+                        if "purchases_pkey_shard_id_twin" in s]
+        writer.autocommit = False  # (a transaction that wrote to the table: the build waits for it)
+        writer.execute("INSERT INTO purchases (created_at, item) VALUES (now(), 'held')")
+        conn.execute("SET statement_timeout = '500ms'")
+        with pytest.raises(psycopg.errors.QueryCanceled):
+            conn.execute(statement)
+        conn.execute("RESET statement_timeout")
+        writer.commit()
+        assert one(conn, "SELECT indisvalid FROM pg_index WHERE indexrelid = 'purchases_pkey_shard_id_twin'::regclass") is False
+        emitted = [s for (s,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall()]
+        assert any(s.startswith("DROP INDEX CONCURRENTLY") and "purchases_pkey_shard_id_twin" in s for s in emitted), emitted
+        convert_after_the_prepare(conn)
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT count(*) FROM purchases WHERE item = 'held' AND shard_id_extract_shard(id) = 5") == 1

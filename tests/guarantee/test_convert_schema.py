@@ -398,6 +398,13 @@ REFUSED = {
     "unique index with nulls not distinct": (
         "CREATE UNIQUE INDEX lines_once ON purchase_lines (purchase_id, qty) NULLS NOT DISTINCT", "lines_once"),
     "index expression new ids fail": ("CREATE INDEX purchases_small ON purchases ((id::int4))", "purchases_small"),
+    # (the twenty-fifth review: accepted on 010dbbb; its twin could never be built, the
+    # batches waited for it; and the new ids' sequence owned by the old key, which the drop of
+    # the old column after the finish takes with the new DEFAULT)
+    "unique constraint with nulls not distinct": (
+        "ALTER TABLE purchases ADD CONSTRAINT purchases_once UNIQUE NULLS NOT DISTINCT (id, amount)", "purchases_once"),
+    "sequence of the new ids owned by the key": ("ALTER SEQUENCE purchases_shard_id_seq OWNED BY purchases.id",
+                                                 "purchases_shard_id_seq"),
     "row security forced on a referencing table": (
         "ALTER TABLE purchase_lines ENABLE ROW LEVEL SECURITY; ALTER TABLE purchase_lines FORCE ROW LEVEL SECURITY",
         "table public.purchase_lines"),
