@@ -2638,12 +2638,14 @@ END $$;
 -- Before the swap, every reference made to agree with its parent, found by the old key (one scan
 -- of each referencing table, writes going on; it updates only the rows that disagree, their
 -- owner's triggers quiet as in the batches). The conversion's triggers keep references right as
--- writers change them, and the sweeps find what they left NULL or a placeholder through the new
--- columns' indexes; but a writer while a trigger was off (disabled, then enabled again between
--- two steps, or within one transaction: no catalog check can see it) left a reference to
--- another row, which the foreign key validated after the swap accepts, that row existing (the
--- twenty-fourth review). A reference whose parent is gone (a NOT VALID foreign key's orphan)
--- keeps its placeholder. Returns how many it repaired.
+-- writers change them, and the sweeps, under the swap's locks too, mend what they left NULL or a
+-- placeholder and what referenced a row deleted meanwhile (through the new columns' indexes);
+-- but a writer while a trigger was off (disabled, then enabled again between two steps, or
+-- within one transaction: no catalog check can see it) left a reference to another row, which
+-- the foreign key validated after the swap accepts, that row existing (the twenty-fourth
+-- review). Those alone are its business: so it writes nothing when no trigger was off (the
+-- sweeps' rows would make every finish repair, commit and come back while writers add them).
+-- Returns how many it repaired.
 CREATE FUNCTION _pg_shard_id.repair_references(tbl regclass, caller_path text) RETURNS bigint
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
@@ -2656,9 +2658,12 @@ BEGIN
     FOR r IN SELECT DISTINCT rr.rel, rr.fk_column, rr.fk_new_column
                FROM _pg_shard_id.conversion_references(tbl, state.key_column, state.new_column) rr ORDER BY 1, 2 LOOP
         done := _pg_shard_id.run(tbl, format('UPDATE %s c SET %I = p.%I FROM %s p WHERE p.%I OPERATOR(pg_catalog.=) c.%I '
-                                             'AND p.%I IS NOT NULL AND (c.%I IS NULL OR c.%I OPERATOR(pg_catalog.<>) p.%I)',
+                                             'AND p.%I IS NOT NULL AND c.%I OPERATOR(pg_catalog.>=) 0 AND c.%I OPERATOR(pg_catalog.<>) p.%I '
+                                             'AND c.%I OPERATOR(pg_catalog.<>) ALL (ARRAY(SELECT d.new_id FROM _pg_shard_id.conversion_deleted d '
+                                             'WHERE d.relid OPERATOR(pg_catalog.=) %s::pg_catalog.oid))',
                                              _pg_shard_id.qualified(r.rel), r.fk_new_column, state.new_column, _pg_shard_id.qualified(tbl),
-                                             state.key_column, r.fk_column, state.new_column, r.fk_new_column, r.fk_new_column, state.new_column),
+                                             state.key_column, r.fk_column, state.new_column, r.fk_new_column, r.fk_new_column, state.new_column,
+                                             r.fk_new_column, tbl::oid),
                                  NULL, NULL, caller_path);
         IF done > 0 THEN
             RAISE NOTICE 'pg_shard_id: % rows of %.% referenced another row than their parent''s (written while a trigger of the conversion was off): repaired', done, r.rel, r.fk_column;
@@ -2831,7 +2836,12 @@ BEGIN
             EXECUTE step.statement;
             RETURN true;
         END IF;
-        PERFORM _pg_shard_id.repair_references(tbl, caller_path);
+        -- (a step of its own, committed before the wait: run in the swap's transaction, a repair
+        -- gave it an id and row locks held through the wait, and under load every finish failed
+        -- at it, a writer of a repaired row deadlocked: the twenty-sixth review)
+        IF _pg_shard_id.repair_references(tbl, caller_path) > 0 THEN
+            RETURN true;
+        END IF;
         PERFORM _pg_shard_id.wait_for_older_transactions(tbl);
         PERFORM _pg_shard_id.swap(tbl, caller_path);
         RETURN true;
