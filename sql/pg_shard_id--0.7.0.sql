@@ -2184,22 +2184,22 @@ BEGIN
     -- trigger of its kind (its function, events and first argument) on the same table under
     -- another name is that one renamed; none is one dropped.
     late := ARRAY(
-        WITH expected (rel, tgname, fn, tgtype, arg) AS (
-            SELECT c.relid::regclass, _pg_shard_id.derived_name('shard_id_convert_', c.new_column),
-                   '_pg_shard_id.conversion_fill_row()'::regprocedure::oid, 23, c.new_column::text  -- BEFORE INSERT OR UPDATE
-              FROM _pg_shard_id.conversions c
-             WHERE c.relid = tbl AND c.phase <> 'finished'
+        WITH c AS (  -- the conversion, not finished (none: no trigger expected)
+            SELECT s.*, _pg_shard_id.derived_name('shard_id_convert_', s.new_column) AS fill_trigger
+              FROM _pg_shard_id.conversions s WHERE s.relid = tbl AND s.phase <> 'finished'
+        ),
+        expected (rel, tgname, fn, tgtype, arg) AS (
+            SELECT c.relid::regclass, c.fill_trigger, '_pg_shard_id.conversion_fill_row()'::regprocedure::oid, 23, c.new_column::text  -- BEFORE INSERT OR UPDATE
+              FROM c
             UNION ALL
-            SELECT c.relid::regclass, _pg_shard_id.derived_name(_pg_shard_id.derived_name('shard_id_convert_', c.new_column), s.suffix),
+            SELECT c.relid::regclass, _pg_shard_id.derived_name(c.fill_trigger, s.suffix),
                    '_pg_shard_id.conversion_note_deleted()'::regprocedure::oid, s.tgtype, c.relid::oid::text
-              FROM _pg_shard_id.conversions c, (VALUES ('_deleted', 9), ('_rekeyed', 17)) s(suffix, tgtype)  -- AFTER DELETE, AFTER UPDATE
-             WHERE c.relid = tbl AND c.phase <> 'finished'
+              FROM c, (VALUES ('_deleted', 9), ('_rekeyed', 17)) s(suffix, tgtype)  -- AFTER DELETE, AFTER UPDATE
             UNION
             SELECT r.rel, v.n, '_pg_shard_id.conversion_fill_reference()'::regprocedure::oid, v.tgtype, r.fk_column::text
-              FROM _pg_shard_id.conversions c, _pg_shard_id.conversion_references(tbl, c.key_column, c.new_column) r,
+              FROM c, _pg_shard_id.conversion_references(tbl, c.key_column, c.new_column) r,
                    LATERAL (VALUES (_pg_shard_id.derived_name('shard_id_convert_', r.fk_new_column), 7),  -- BEFORE INSERT
                                    (_pg_shard_id.derived_name('shard_id_convert_' || r.fk_new_column, '_update'), 19)) v(n, tgtype)  -- BEFORE UPDATE
-             WHERE c.relid = tbl AND c.phase <> 'finished'
         ),
         off AS MATERIALIZED (  -- the conversion's triggers not ENABLE ALWAYS, on any table: one scan of pg_trigger
                   -- (usually no row; tree() per trigger cost 20 ms at 3,000 partitions, at every
