@@ -12,14 +12,16 @@
 //! * **Against stored ids**: the remainders of that millisecond and shard in the index of every
 //!   column whose DEFAULT draws from the sequence (the data floor's columns) are read, counting
 //!   rows being inserted, deleted or dead. A column no index can read exactly is refused.
+//!   A reservation another call holds is let go only for rows that can no longer go while their
+//!   transaction runs (`Count::Kept`): a row stored in a savepoint still open does not free it.
 //! * **Against other calls**, in any session: the shared reservations (`pg_shard_id_core::backfill`).
 
-use crate::data_floor::{columns_of, remainders_in, Column, Locking};
+use crate::data_floor::{columns_of, remainders_in, Column, Count, Locking};
 use crate::decode::ms_since_epoch;
 use crate::errors;
 use crate::generate::nextval_internal;
 use crate::{clock, settings, shmem};
-use pg_shard_id_core::backfill::{draw, widen_xid, Database, DrawError, MsKey, Remainders};
+use pg_shard_id_core::backfill::{draw, widen_xid, Database, DrawError, MsKey, Remainders, Taker};
 use pg_shard_id_core::layout::{check_shard, compose, seq_field, IdParts, LayoutError};
 use pg_shard_id_core::slots::{database_of, sequence_of, slot_key};
 use pg_shard_id_core::time::format_unix_ms;
@@ -98,9 +100,17 @@ fn next_shard_id_at(seq: pg_sys::Oid, shard: i32, ts: TimestampWithTimeZone) -> 
     // SAFETY: PostgreSQL's own function (declared in crate::generate); inside pgrx's guard, its ERRORs
     // are caught and re-raised at the boundary.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };
-    // SAFETY: backend globals; the transaction id is assigned here if the transaction has none
-    // (nextval has just written, so this is a read-write transaction).
-    let (database, taker) = unsafe { (pg_sys::MyDatabaseId, pg_sys::GetTopFullTransactionId()) };
+    // SAFETY: backend globals; the transaction ids are assigned here if the transaction (and
+    // the savepoint the call runs in) has none (nextval has just written, so this is a read-write
+    // transaction). The savepoint's own id is what lets the reservation go once the rows it stores
+    // hold the ids: its rows carry it (`Database::kept`).
+    let (database, taker) = unsafe {
+        let taker = Taker {
+            top: pg_sys::GetTopFullTransactionId().value,
+            level: pg_sys::GetCurrentFullTransactionId().value,
+        };
+        (pg_sys::MyDatabaseId, taker)
+    };
     let key = MsKey {
         sequence: slot_key(database.to_u32(), seq.to_u32()),
         shard: shard as u16,
@@ -122,12 +132,12 @@ fn next_shard_id_at(seq: pg_sys::Oid, shard: i32, ts: TimestampWithTimeZone) -> 
     // transaction): wait for their transactions, or stay below them (issue 55)
     let ceiling = crate::open_draws::settle(key.sequence, ms, last_ms);
     let mut db = Indexes { own: key.sequence };
-    let drawn = match draw(table, key, start, taker.value, ceiling, &mut db) {
+    let drawn = match draw(table, key, start, taker, ceiling, &mut db) {
         Err(DrawError::PastLastMs) if ceiling < last_ms => {
             // every other transaction up to last_ms waited for; still below the caller's own
             let ceiling = crate::open_draws::wait_up_to(key.sequence, last_ms);
             if ceiling >= ms {
-                draw(table, key, start, taker.value, ceiling, &mut db)
+                draw(table, key, start, taker, ceiling, &mut db)
             } else {
                 Err(DrawError::PastLastMs)
             }
@@ -171,7 +181,8 @@ fn refuse(error: DrawError<String>, seq: pg_sys::Oid, ms: i64, epoch: i64) -> ! 
              that have not stored their ids yet"
                 .into(),
             "Store each id in the statement that draws it (INSERT ... SELECT, UPDATE ... SET), \
-             or commit in smaller batches.",
+             or commit in smaller batches. Rows stored in a savepoint still open, of ids drawn \
+             outside it, do not free a reservation while their transaction runs.",
         ),
     }
 }
@@ -232,6 +243,25 @@ impl Database for Indexes {
     type Error = String;
 
     fn stored(&mut self, key: MsKey) -> Result<Remainders, String> {
+        self.read(key, Count::Entries)
+    }
+
+    fn kept(&mut self, key: MsKey, drawn_in: Option<u64>) -> Result<Remainders, String> {
+        self.read(key, Count::Kept { drawn_in })
+    }
+
+    fn oldest_running(&mut self) -> u64 {
+        // SAFETY: plain calls into the transaction manager, in a read-write transaction.
+        unsafe {
+            let next = pg_sys::ReadNextFullTransactionId().value;
+            widen_xid(next, pg_sys::GetOldestActiveTransactionId().into_inner())
+        }
+    }
+}
+
+impl Indexes {
+    /// The remainders of `key` in every column holding its sequence's ids, counted as `count`.
+    fn read(&mut self, key: MsKey, count: Count) -> Result<Remainders, String> {
         // A key of another database (a held entry `draw` would evict): its tables are not
         // readable from here, and a sequence of the same oid here is another sequence.
         // SAFETY: a backend global, set at connection.
@@ -270,20 +300,12 @@ impl Database for Indexes {
             let mut found = Remainders::default();
             for column in columns {
                 // SAFETY: oids just read from the catalog, inside a transaction and pgrx's guard.
-                let stored = unsafe { remainders_in(column, low, high, locking) }
+                let stored = unsafe { remainders_in(column, low, high, locking, count) }
                     .map_err(|why| format!("{} ({})", column.name, why.why()))?;
                 found.union_with(&stored);
             }
             Ok(found)
         })
-    }
-
-    fn oldest_running(&mut self) -> u64 {
-        // SAFETY: plain calls into the transaction manager, in a read-write transaction.
-        unsafe {
-            let next = pg_sys::ReadNextFullTransactionId().value;
-            widen_xid(next, pg_sys::GetOldestActiveTransactionId().into_inner())
-        }
     }
 }
 

@@ -16,9 +16,14 @@
 //! * **An entry is evicted only when nothing it protects can be lost**: nothing was handed out,
 //!   or every transaction that took from it has ended (its newest taker precedes the oldest
 //!   running transaction: the ids were stored and committed, or are void), or every remainder
-//!   it handed out is stored now ([`evict_if_stored`](Reservations::evict_if_stored), after the
-//!   caller read the indexes again). An id that a transaction takes and stores only in a *later*
-//!   transaction is protected only until the entry is evicted: store it where you draw it.
+//!   it handed out is **kept** now ([`evict_if_kept`](Reservations::evict_if_kept), after the
+//!   caller read the indexes again): in a row that only the end of its whole transaction can
+//!   undo, or stored by the very (sub)transaction that drew it. A row stored in a savepoint
+//!   that is still open does not count: rolled back, its index entry is dead, VACUUM removes it,
+//!   and the transaction may store the same id again (the 27th review: 1,000 ids repeated).
+//!   An id drawn in a savepoint that is rolled back is void, as one drawn by a transaction that
+//!   aborts; an id that a transaction takes and stores only in a *later* transaction is
+//!   protected only until the entry is evicted: store it where you draw it.
 //! * Entries live in buckets of [`WAYS`] (a key's hash names its bucket), so no call reads more
 //!   than [`WAYS`] entries under the lock, whatever the table's size; when a bucket holds only
 //!   entries it may not evict yet, the call gets their keys to check ([`Step::NoRoom`]).
@@ -40,6 +45,9 @@ pub const WAYS: usize = 8;
 pub const SHARED_ENTRIES: usize = 4096;
 
 const WORDS: usize = (SEQ_VALUES as usize) / 64;
+
+/// [`Entry::drawn_in`] when draws of more than one (sub)transaction took from it.
+const MIXED: u64 = u64::MAX;
 
 /// A set of remainders (0..1023): one bit each.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -123,6 +131,24 @@ pub struct Ticket {
     generation: u64,
 }
 
+/// Who draws: the transaction (its 64-bit top-level id, never 0) and the (sub)transaction the
+/// draw runs in (its 64-bit id; the top-level one's outside any savepoint).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Taker {
+    pub top: u64,
+    pub level: u64,
+}
+
+/// An entry [`Step::NoRoom`] names: evict it with [`Reservations::evict_if_kept`] if the rows
+/// holding its ids can no longer go while their transaction goes on.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Held {
+    pub ticket: Ticket,
+    pub key: MsKey,
+    /// The (sub)transaction that made every draw from the entry; `None` when more than one did.
+    pub drawn_in: Option<u64>,
+}
+
 /// What [`Reservations::reserve`] says.
 #[derive(Debug, PartialEq, Eq)]
 pub enum Step {
@@ -137,8 +163,8 @@ pub enum Step {
     /// ask again with it.
     NeedOldestRunning,
     /// Every entry of the key's bucket protects ids of running transactions: read which of their
-    /// remainders are stored now, [`Reservations::evict_if_stored`] each, and ask again.
-    NoRoom(Vec<(Ticket, MsKey)>),
+    /// remainders are kept now, [`Reservations::evict_if_kept`] each, and ask again.
+    NoRoom(Vec<Held>),
 }
 
 #[derive(Clone, Copy, Default)]
@@ -153,6 +179,8 @@ struct Entry {
     handed: Remainders,
     /// The newest (64-bit) transaction id that took a remainder; 0: none.
     newest_taker: u64,
+    /// The (sub)transaction of every draw from the entry; 0: none yet, [`MIXED`]: more than one.
+    drawn_in: u64,
     last_use: u64,
 }
 
@@ -203,11 +231,17 @@ impl<const N: usize> Reservations<N> {
         f(unsafe { &mut *self.inner.get() })
     }
 
-    /// Reserves a remainder of `key` for transaction `taker` (a 64-bit transaction id, never 0),
-    /// the first free one at or after `start` (wrapping). `oldest_running`: the oldest 64-bit
-    /// transaction id still running, when the caller knows it (an eviction needs it).
-    pub fn reserve(&self, key: MsKey, start: u16, taker: u64, oldest_running: Option<u64>) -> Step {
-        debug_assert!(taker != 0);
+    /// Reserves a remainder of `key` for `taker`, the first free one at or after `start`
+    /// (wrapping). `oldest_running`: the oldest 64-bit transaction id still running, when the
+    /// caller knows it (an eviction needs it).
+    pub fn reserve(
+        &self,
+        key: MsKey,
+        start: u16,
+        taker: Taker,
+        oldest_running: Option<u64>,
+    ) -> Step {
+        debug_assert!(taker.top != 0 && taker.level != 0 && taker.level != MIXED);
         self.with(|t| {
             t.tick += 1;
             let tick = t.tick;
@@ -254,13 +288,16 @@ impl<const N: usize> Reservations<N> {
                                         held.into_iter()
                                             .map(|i| {
                                                 let e = &t.entries[i];
-                                                (
-                                                    Ticket {
+                                                Held {
+                                                    ticket: Ticket {
                                                         slot: i,
                                                         generation: e.generation,
                                                     },
-                                                    e.key,
-                                                )
+                                                    key: e.key,
+                                                    drawn_in: (e.drawn_in != MIXED
+                                                        && e.drawn_in != 0)
+                                                        .then_some(e.drawn_in),
+                                                }
                                             })
                                             .collect(),
                                     );
@@ -291,8 +328,13 @@ impl<const N: usize> Reservations<N> {
                 None => Step::MillisecondFull,
                 Some(r) => {
                     e.used.insert(r);
+                    e.drawn_in = match e.drawn_in {
+                        0 => taker.level,
+                        same if same == taker.level => same,
+                        _ => MIXED,
+                    };
                     e.handed.insert(r);
-                    e.newest_taker = e.newest_taker.max(taker);
+                    e.newest_taker = e.newest_taker.max(taker.top);
                     Step::Reserved(r)
                 }
             }
@@ -313,15 +355,16 @@ impl<const N: usize> Reservations<N> {
         })
     }
 
-    /// Evicts the entry of `ticket` if every remainder it handed out is in `stored` (read from the
-    /// indexes after [`Step::NoRoom`] named it). `true` when it was evicted, or is gone already.
-    pub fn evict_if_stored(&self, ticket: Ticket, key: MsKey, stored: &Remainders) -> bool {
+    /// Evicts the entry of `ticket` if every remainder it handed out is in `kept` (read from the
+    /// indexes after [`Step::NoRoom`] named it: [`Database::kept`]). `true` when it was evicted,
+    /// or is gone already.
+    pub fn evict_if_kept(&self, ticket: Ticket, key: MsKey, kept: &Remainders) -> bool {
         self.with(|t| {
             let e = &mut t.entries[ticket.slot];
             if !(e.in_use && e.generation == ticket.generation && e.key == key) {
                 return true;
             }
-            if !e.handed.is_subset_of(stored) {
+            if !e.handed.is_subset_of(kept) {
                 return false;
             }
             e.in_use = false;
@@ -349,6 +392,11 @@ pub trait Database {
     /// The remainders of `key`'s millisecond and shard stored now in every column that holds ids
     /// of `key`'s sequence, counting rows being inserted or deleted by running transactions.
     fn stored(&mut self, key: MsKey) -> Result<Remainders, Self::Error>;
+    /// The remainders of `key` stored now in rows that can no longer go while their transaction
+    /// goes on: inserted by a committed transaction, by a running one outside any savepoint, or
+    /// by the (sub)transaction `drawn_in` that drew them (rolled back, it voids them too). A row
+    /// of a savepoint still open, or rolled back, does not count.
+    fn kept(&mut self, key: MsKey, drawn_in: Option<u64>) -> Result<Remainders, Self::Error>;
     /// The oldest 64-bit transaction id still running (the next one to be assigned when none).
     fn oldest_running(&mut self) -> u64;
 }
@@ -368,7 +416,7 @@ pub enum DrawError<E> {
 /// rule; more only when other calls keep taking entries from under it.
 const MAX_RETRIES: u32 = 1000;
 
-/// Draws an id's millisecond and remainder for transaction `taker`: the first free remainder at
+/// Draws an id's millisecond and remainder for `taker`: the first free remainder at
 /// or after `start` of `key`'s millisecond, or of the first later millisecond with one, up to
 /// `last_ms`. The one way the extension uses the table: plain Rust, so that the property tests
 /// below run exactly this.
@@ -376,7 +424,7 @@ pub fn draw<const N: usize, D: Database>(
     table: &Reservations<N>,
     mut key: MsKey,
     start: u16,
-    taker: u64,
+    taker: Taker,
     last_ms: i64,
     db: &mut D,
 ) -> Result<(i64, u16), DrawError<D::Error>> {
@@ -402,12 +450,12 @@ pub fn draw<const N: usize, D: Database>(
             Step::NeedOldestRunning => oldest = Some(db.oldest_running()),
             Step::NoRoom(held) => {
                 let mut evicted = false;
-                for (ticket, held_key) in held {
+                for entry in held {
                     // (a column of another sequence that cannot be read keeps its entry)
-                    let Ok(stored) = db.stored(held_key) else {
+                    let Ok(kept) = db.kept(entry.key, entry.drawn_in) else {
                         continue;
                     };
-                    if table.evict_if_stored(ticket, held_key, &stored) {
+                    if table.evict_if_kept(entry.ticket, entry.key, &kept) {
                         evicted = true;
                         break;
                     }

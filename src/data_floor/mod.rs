@@ -63,7 +63,7 @@ mod columns;
 mod read;
 
 pub use columns::{columns_by_owner, columns_of, CannotTell, Column};
-pub use read::{newest_in, remainders_in, Locking, Newest};
+pub use read::{newest_in, remainders_in, Count, Locking, Newest};
 
 use crate::errors::relation_name;
 use pg_shard_id_core::guard::{FloorRequest, MAX_LEAD_MS};

@@ -235,11 +235,24 @@ pub enum Locking {
     Taken,
 }
 
+/// Which index entries [`remainders_in`] counts.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Count {
+    /// Every entry, whether its row is visible, being inserted, deleted or dead, without visiting
+    /// the heap (an entry of a dead row only makes a remainder look taken): what a reservation is
+    /// filled from.
+    Entries,
+    /// Only rows that can no longer go while their transaction goes on (what lets a reservation
+    /// go, `pg_shard_id_core::backfill::Database::kept`): inserted by a committed transaction, by
+    /// a running one outside any savepoint, or by the (sub)transaction `drawn_in` (a 64-bit id)
+    /// that drew the reservation's ids. A row of a savepoint still open, or rolled back, is not
+    /// counted: rolled back, its entry dies and VACUUM removes it (the 27th review).
+    Kept { drawn_in: Option<u64> },
+}
+
 /// The remainders (low 10 bits) of every id from `low` to `high` (one millisecond of one shard)
-/// in `column`'s index, for `next_shard_id_at`: every entry counts, whether its row is visible,
-/// being inserted, deleted or dead, without visiting the heap (an entry of a dead row only makes
-/// a remainder look taken). Waits for locks: a backfill is not an insert's first id.
-/// `Err` when the column cannot be read exactly.
+/// in `column`'s index, for `next_shard_id_at`, counted as `count` says. Waits for locks: a
+/// backfill is not an insert's first id. `Err` when the column cannot be read exactly.
 ///
 /// # Safety
 /// Call inside a transaction, inside pgrx's guard, with oids from the catalog.
@@ -248,6 +261,7 @@ pub unsafe fn remainders_in(
     low: i64,
     high: i64,
     locking: Locking,
+    count: Count,
 ) -> Result<pg_shard_id_core::backfill::Remainders, CannotTell> {
     use pg_shard_id_core::backfill::{remainder_of, Remainders};
     let lock = pg_sys::AccessShareLock as pg_sys::LOCKMODE;
@@ -278,7 +292,7 @@ pub unsafe fn remainders_in(
             }
             pg_sys::relation_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
             // (the locks are held: the read opens both without taking them again)
-            let read = remainders_in(column, low, high, Locking::Taken);
+            let read = remainders_in(column, low, high, Locking::Taken, count);
             pg_sys::UnlockRelationOid(index_oid, lock);
             pg_sys::UnlockRelationOid(column.relation, lock);
             return read;
@@ -330,16 +344,91 @@ pub unsafe fn remainders_in(
         (*scan).xs_want_itup = true;
         pg_sys::index_rescan(scan, keys.as_mut_ptr(), 2, std::ptr::null_mut(), 0);
         let mut found = Remainders::default();
+        // Count::Kept visits each entry's heap tuples (every version of its HOT chain that
+        // vacuum could not remove yet); a table that is not heap cannot be read that way
+        let kept = match count {
+            Count::Entries => None,
+            Count::Kept { drawn_in } => Some(drawn_in),
+        };
+        let heap_am = (*heap).rd_tableam == pg_sys::GetHeapamTableAmRoutine();
+        let slot = match kept {
+            Some(_) if heap_am => pg_sys::table_slot_create(heap, std::ptr::null_mut()),
+            _ => std::ptr::null_mut(),
+        };
         while !pg_sys::index_getnext_tid(scan, pg_sys::ScanDirection::ForwardScanDirection)
             .is_null()
         {
-            if let Some(id) = first_key(scan) {
+            let Some(id) = first_key(scan) else { continue };
+            let counts = match kept {
+                None => true,
+                Some(_) if !heap_am => false,
+                Some(drawn_in) => {
+                    let mut any = false;
+                    loop {
+                        if !pg_sys::index_fetch_heap(scan, slot) {
+                            break;
+                        }
+                        any = any || tuple_is_kept(slot, drawn_in);
+                        if any || !(*scan).xs_heap_continue {
+                            break;
+                        }
+                    }
+                    any
+                }
+            };
+            if counts {
                 found.insert(remainder_of(id));
             }
+        }
+        if !slot.is_null() {
+            pg_sys::ExecDropSingleTupleTableSlot(slot);
         }
         pg_sys::index_endscan(scan);
         pg_sys::index_close(index, pg_sys::NoLock as pg_sys::LOCKMODE);
         pg_sys::table_close(heap, pg_sys::NoLock as pg_sys::LOCKMODE);
         Ok(found)
+    }
+}
+
+/// Whether the heap tuple in `slot` can no longer go while its inserting transaction goes on
+/// ([`Count::Kept`]): inserted by a committed transaction, by a running one outside any
+/// savepoint, or by the (sub)transaction `drawn_in` (64-bit).
+///
+/// # Safety
+/// `slot` holds a heap tuple just fetched, inside a transaction with a snapshot (so that every
+/// running transaction id is at or after `TransactionXmin`, as `pg_subtrans` needs).
+unsafe fn tuple_is_kept(slot: *mut pg_sys::TupleTableSlot, drawn_in: Option<u64>) -> bool {
+    use pg_shard_id_core::backfill::widen_xid;
+    // SAFETY: the caller's contract; a buffer heap slot's tuple is in the pinned buffer and is
+    // not copied (should_free stays false), and only its header is read.
+    unsafe {
+        let mut should_free = false;
+        let tuple = pg_sys::ExecFetchSlotHeapTuple(slot, false, &mut should_free);
+        let header = (*tuple).t_data;
+        let mask = u32::from((*header).t_infomask);
+        let xmin = (*header).t_choice.t_heap.t_xmin;
+        let frozen = pg_sys::HEAP_XMIN_FROZEN;
+        let kept = if mask & frozen == frozen || mask & pg_sys::HEAP_XMIN_COMMITTED != 0 {
+            true
+        } else if mask & pg_sys::HEAP_XMIN_INVALID != 0 {
+            false
+        } else {
+            let by_drawer = || {
+                let next = pg_sys::ReadNextFullTransactionId().value;
+                drawn_in == Some(widen_xid(next, xmin.into_inner()))
+            };
+            if pg_sys::TransactionIdIsCurrentTransactionId(xmin) {
+                // this transaction's own row: outside any savepoint, or of the drawing one
+                xmin == pg_sys::GetTopTransactionIdIfAny() || by_drawer()
+            } else if pg_sys::TransactionIdIsInProgress(xmin) {
+                pg_sys::SubTransGetTopmostTransaction(xmin) == xmin || by_drawer()
+            } else {
+                pg_sys::TransactionIdDidCommit(xmin)
+            }
+        };
+        if should_free {
+            pg_sys::heap_freetuple(tuple);
+        }
+        kept
     }
 }

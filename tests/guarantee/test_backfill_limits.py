@@ -7,7 +7,12 @@
 * which ids can come back, exactly as docs/guarantee.md says: an id whose row is gone from every
   index (rolled back or deleted, then vacuumed) can be handed out again by next_shard_id_at at its
   millisecond once no shared reservation holds it (a restart, or an eviction); one still in an
-  index (a dead entry not vacuumed yet) cannot; the DEFAULT never issues any of them again.
+  index (a dead entry not vacuumed yet) cannot; the DEFAULT never issues any of them again;
+* ids drawn before a savepoint and stored in it (an ORM's retry): while the savepoint is open
+  their rows do not let other backfills take their reservations, so rolled back, vacuumed and
+  stored again they repeat nothing (the 27th review: 20,480 of them repeated); a savepoint that
+  draws and stores its own ids (a conversion's batch) still draws more milliseconds than the
+  shared reservations hold.
 
 Run by tests/guarantee/run.sh."""
 
@@ -151,3 +156,68 @@ def test_which_ids_can_come_back(cluster, db):
         # the DEFAULT issues none of them again
         conn.execute("INSERT INTO t (note) SELECT 'more' FROM generate_series(1, 20000)")
         assert conn.execute("SELECT count(*) FROM t WHERE id IN (%s, %s)", (rolled_back, deleted)).fetchone()[0] == 0
+
+
+def test_ids_stored_again_after_a_rollback_to_a_savepoint_repeat_nothing(cluster, db):
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE s")
+        # a non-unique index: a repeat is stored and counted, not refused
+        conn.execute("CREATE TABLE t (id bigint DEFAULT next_shard_id('s', 3), source text) "
+                     "WITH (autovacuum_enabled = off)")
+        conn.execute("CREATE INDEX ON t (id)")
+        base = conn.execute("SELECT now() - interval '60 s'").fetchone()[0]
+    with cluster.connect(db, autocommit=False) as t1, cluster.connect(db) as others:
+        # t1 draws every remainder of 20 milliseconds, then stores them in a savepoint
+        drawn = [r[0] for r in t1.execute(
+            "SELECT next_shard_id_at('s', 3, ts) FROM generate_series(%s::timestamptz, "
+            "  %s::timestamptz + interval '19 ms', interval '1 ms') ts, generate_series(1, 1024)",
+            (base, base)).fetchall()]
+        assert len(set(drawn)) == 20 * 1024
+        t1.execute("SAVEPOINT a")
+        t1.execute("INSERT INTO t (id, source) SELECT unnest(%s::bigint[]), 't1'", (drawn,))
+        # another backfill of 20,000 milliseconds: every bucket of the shared reservations
+        # needs room, and t1's entries look stored
+        filled = others.execute(
+            "INSERT INTO t (id, source) SELECT next_shard_id_at('s', 3, ts), 't2' "
+            "  FROM generate_series(%s::timestamptz + interval '20 s', "
+            "                       %s::timestamptz + interval '40 s', interval '1 ms') ts",
+            (base, base)).rowcount
+        assert filled == 20_001
+        # the insert fails for another reason (an ORM's retry): rolled back, and vacuumed
+        t1.execute("ROLLBACK TO SAVEPOINT a")
+        others.execute("VACUUM t")
+        # a third backfill at t1's milliseconds, stored and committed
+        others.execute(
+            "INSERT INTO t (id, source) SELECT next_shard_id_at('s', 3, ts), 't3' "
+            "  FROM generate_series(%s::timestamptz, %s::timestamptz + interval '19 ms', "
+            "                       interval '1 ms') ts", (base, base))
+        # t1 stores its ids again and commits
+        t1.execute("INSERT INTO t (id, source) SELECT unnest(%s::bigint[]), 't1'", (drawn,))
+        t1.commit()
+        repeats = others.execute("SELECT count(*) - count(DISTINCT id) FROM t").fetchone()[0]
+    assert repeats == 0, f"{repeats} ids stored twice"
+
+
+def test_a_savepoint_that_draws_and_stores_its_own_ids_is_not_limited(cluster, db):
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE s")
+        conn.execute("CREATE TABLE t (id bigint DEFAULT next_shard_id('s', 6) UNIQUE)")
+    with cluster.connect(db, autocommit=False) as conn:
+        # 10,001 milliseconds (more than the 4,096 shared reservations) in an exception block
+        # (a subtransaction, as a conversion's batch runs in) and in an explicit savepoint
+        conn.execute("""
+            DO $$ BEGIN
+              BEGIN
+                INSERT INTO t SELECT next_shard_id_at('s', 6, ts)
+                  FROM generate_series(now() - interval '60 s', now() - interval '50 s',
+                                       interval '1 ms') ts;
+              EXCEPTION WHEN unique_violation THEN RAISE;
+              END;
+            END $$""")
+        conn.execute("SAVEPOINT a")
+        conn.execute("INSERT INTO t SELECT next_shard_id_at('s', 6, ts) "
+                     "  FROM generate_series(now() - interval '40 s', now() - interval '30 s', "
+                     "                       interval '1 ms') ts")
+        conn.execute("RELEASE SAVEPOINT a")
+        conn.commit()
+        assert conn.execute("SELECT count(DISTINCT id) FROM t").fetchone()[0] == 20_002
