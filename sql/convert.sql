@@ -1763,7 +1763,14 @@ WHEN object_not_in_prerequisite_state OR insufficient_privilege OR lock_not_avai
     -- writer may not read a table that holds the sequence's ids (next_shard_id_at reads only
     -- what its caller may), or next_shard_id_at would wait for another transaction's DEFAULT ids
     -- (its function's lock_timeout: a writer waits 100 ms at most): the row keeps no id for now;
-    -- the batches or the finish's sweeps, run by the owner, give it one
+    -- the batches or the finish's sweeps, run by the owner, give it one. Once the finish's NOT
+    -- NULL check is in place (step 500) such a row would fail its writer (23514): a live id then,
+    -- as a row inserted now gets, when the writer may draw one
+    IF EXISTS (SELECT FROM pg_constraint WHERE conrelid = TG_RELID AND contype = 'c'
+                  AND conname = _pg_shard_id.derived_name('shard_id_convert_' || TG_ARGV[0], '_not_null'))
+       AND has_sequence_privilege(TG_ARGV[2]::oid, 'USAGE, UPDATE') THEN
+        NEW := jsonb_populate_record(NEW, jsonb_build_object(TG_ARGV[0], @extschema@.next_shard_id(TG_ARGV[2]::oid::regclass, TG_ARGV[3]::integer)));
+    END IF;
     RETURN NEW;
 END $$;
 

@@ -476,3 +476,32 @@ def test_the_table_s_owner_converted_by_a_superuser_keeps_inserting(cluster, db)
             steps_of_the_finish(conn, "purchases", write)
         assert one(conn, "SELECT count(*) FROM purchases WHERE item = 'new'") >= 2
         assert one(conn, "SELECT count(*) FROM purchases WHERE item LIKE 'gone %'") >= 2
+
+
+def test_a_row_inserted_with_the_new_column_null_by_a_writer_that_may_not_read_the_table(cluster, db):
+    """The fill trigger could not give the row an id at its own time (next_shard_id_at reads only
+    what its caller may: 42501; or it would wait more than 100 ms for another transaction's
+    DEFAULT ids: 55P03) and left the new column NULL, for the sweeps. After the finish's NOT NULL
+    check (step 500) and before the swap, that row failed its writer (23514; issue 55's outside
+    read). Once the check is in place the trigger gives such a row a live id."""
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        writer_role = role(conn, db, "insert_only")
+        conn.execute(f'GRANT INSERT ON purchases TO "{writer_role}"')
+        conn.execute(f'GRANT USAGE ON SEQUENCE purchases_id_seq TO "{writer_role}"')
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        failures = []
+
+        def insert_named_null():
+            try:
+                writer.execute("INSERT INTO purchases (item, created_at, shard_id) "
+                               "VALUES ('named null', now() - interval '1 day', NULL)")
+            except psycopg.Error as e:
+                failures.append(f"{e.sqlstate}: {e}")
+        with cluster.connect(db) as writer:
+            writer.execute(f'SET ROLE "{writer_role}"')
+            steps_of_the_finish(conn, "purchases", insert_named_null)
+        assert failures == []
+        assert one(conn, "SELECT count(*) FROM purchases WHERE item = 'named null'") >= 2
+        assert one(conn, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
+        assert validated(conn, "purchases")
