@@ -22,7 +22,10 @@ trigger, or an id selected and inserted 2.5 s later, while every remainder of th
 around it is backfilled ("slow"); writers of the converted tables while it runs ("writes": a row
 referencing itself, a child inserted before its parent and a parent deleted and inserted again
 with its old key under deferred foreign keys, an insert while the table is renamed); the
-conversion abandoned and prepared again later ("abandon"). Half the backfills just behind the clock come as the interleaving
+conversion abandoned and prepared again later ("abandon"). The 27th review's shape ("retry", in
+half the seeds, from a random stream of its own so that the other events stay as they were): ids
+drawn, stored in a savepoint, another backfill needing room, the savepoint rolled back, VACUUM, a
+third backfill at the same milliseconds, the same ids stored again (an ORM's retry). Half the backfills just behind the clock come as the interleaving
 of issue 50, more often than chance would give it: the DEFAULT's last id, the clock moved on, the
 backfill, the clock stepped back into its milliseconds, DEFAULT inserts.
 
@@ -92,7 +95,12 @@ def make_scenario(seed):
                        ("clock", -rng.randint(2, 9)), ("insert", rng.choice([2000, 8000]), rng.randint(1, 3))]
         else:
             events.append(kind)
-    return Scenario(seed, events, rng.choice(["wait", "borrow"]), rng.choice([400, 1500, 4000]))
+    sc = Scenario(seed, events, rng.choice(["wait", "borrow"]), rng.choice([400, 1500, 4000]))
+    # (a stream of its own: the events above are those the seed always gave)
+    retry = random.Random(seed * 7919 + 27)
+    if retry.random() < 0.5:
+        sc.events.insert(retry.randint(0, len(sc.events)), ("retry", retry.randint(1, 10**9)))
+    return sc
 
 
 class Failure(Exception):
@@ -219,6 +227,41 @@ class HistoryFuzzer:
             self.rolled.update(ids)
         else:
             self.long.append((conn, ids))
+
+    def ev_retry(self, salt):
+        """Ids drawn, then stored in a savepoint; another backfill of thousands of milliseconds
+        (every bucket of the shared reservations needs room); the savepoint rolled back and
+        VACUUM; a third backfill at the same milliseconds; the same ids stored again and committed
+        (the 27th review: the rolled-back rows had let the reservations go)."""
+        rng = random.Random(salt)
+        n_ms, per_ms = rng.choice([5, 20, 60]), rng.choice([1, 300, 1024])
+        conn = self.connect(self.db, autocommit=False)
+        try:
+            t0 = conn.execute("SELECT clock_timestamp() - interval '2 hours' - %s * interval '1 ms'",
+                              (rng.randint(0, 10**7),)).fetchone()[0]
+            span = f"generate_series(%s::timestamptz, %s::timestamptz + interval '{n_ms - 1} ms', interval '1 ms') t"
+            drawn = conn.execute(f"SELECT next_shard_id_at('s', {SHARD}, t), t FROM {span}, generate_series(1, {per_ms})",
+                                 (t0, t0)).fetchall()
+            store = "INSERT INTO live (id, at, kind) SELECT i, a, 'backfill' FROM unnest(%s::bigint[], %s::timestamptz[]) u(i, a)"
+            params = ([d[0] for d in drawn], [d[1] for d in drawn])
+            conn.execute("SAVEPOINT a")
+            conn.execute(store, params)
+            self.backfill("SELECT t FROM (SELECT clock_timestamp() - interval '5 hours' AS t0) n, "
+                          f"generate_series(n.t0, n.t0 + interval '{rng.randint(6000, 20000)} ms', interval '1 ms') t",
+                          "retry pressure", "commit", salt)
+            conn.execute("ROLLBACK TO SAVEPOINT a")
+            with self.connect(self.db) as other:
+                other.execute("VACUUM live")
+            self.backfill(f"SELECT t FROM {span}, generate_series(1, {rng.choice([1, 50])})", "retry third", "commit",
+                          salt, params=(t0, t0))
+            conn.execute(store, params)
+            conn.commit()
+        except psycopg.Error as e:
+            # (the documented refusal between the conversion's prepare and its index build)
+            if not (e.sqlstate == "55000" and self.conv_step == 1 and "conv.shard_id" in str(e)):
+                self.errors.append(f"retry: {e.sqlstate} {e}")
+        finally:
+            conn.close()
 
     def ev_slow(self, how):
         """A DEFAULT id whose row reaches its index 2.5 s after its draw (a slow BEFORE trigger), or
