@@ -150,6 +150,25 @@ impl Model {
             )
             .collect()
     }
+    /// A new (sub)transaction id of running transaction `top`, for a savepoint.
+    fn savepoint(&mut self, top: u64) -> u64 {
+        let sub = self.next_xid;
+        self.next_xid += 1;
+        self.running.get_mut(&top).unwrap().levels.push(sub);
+        sub
+    }
+    /// Stores `id`, drawn in (sub)transaction `drawn_in`, in a row inserted by `xmin`.
+    fn store(&mut self, id: i64, xmin: u64, drawn_in: u64) {
+        let row = Row::Live;
+        self.index.insert(
+            id,
+            Stored {
+                row,
+                xmin,
+                drawn_in,
+            },
+        );
+    }
     /// Marks dead every row inserted by one of `xids`; returns their ids and drawing levels.
     fn kill(&mut self, xids: &[u64]) -> Vec<(i64, u64)> {
         let mut killed = Vec::new();
@@ -266,25 +285,14 @@ fn run<const N: usize>(ops: &[Op], kept_is_stored: bool) -> Result<usize, TestCa
                 let xmin = t.level(xid);
                 if !t.pending.is_empty() {
                     let (id, drawn_in) = t.pending.remove(0);
-                    let row = Row::Live;
-                    db.index.insert(
-                        id,
-                        Stored {
-                            row,
-                            xmin,
-                            drawn_in,
-                        },
-                    );
+                    db.store(id, xmin, drawn_in);
                 }
             }
             Op::Savepoint { tx } => {
                 let Some(xid) = nth(&db, tx) else { continue };
-                let sub = db.next_xid;
-                let t = db.running.get_mut(&xid).unwrap();
-                if t.savepoint.is_none() {
-                    t.savepoint = Some(sub);
-                    t.levels.push(sub);
-                    db.next_xid += 1;
+                if db.running[&xid].savepoint.is_none() {
+                    let sub = db.savepoint(xid);
+                    db.running.get_mut(&xid).unwrap().savepoint = Some(sub);
                 }
             }
             Op::RollbackTo { tx } => {
@@ -309,16 +317,7 @@ fn run<const N: usize>(ops: &[Op], kept_is_stored: bool) -> Result<usize, TestCa
                 // a transaction stores what it draws before it commits (the documented use)
                 let t = db.running.remove(&xid).unwrap();
                 for (id, drawn_in) in t.pending {
-                    let row = Row::Live;
-                    let xmin = t.savepoint.unwrap_or(xid);
-                    db.index.insert(
-                        id,
-                        Stored {
-                            row,
-                            xmin,
-                            drawn_in,
-                        },
-                    );
+                    db.store(id, t.savepoint.unwrap_or(xid), drawn_in);
                 }
             }
             Op::Abort { tx } => {
@@ -386,14 +385,7 @@ fn one_transaction_draws_more_milliseconds_than_the_table_holds_when_it_stores_t
         let (ms, r) = draw(&*table, key(0, ms), 0, T100, 10_000, &mut db).unwrap();
         let new = id(key(0, ms), r);
         assert!(ids.insert(new));
-        db.index.insert(
-            new,
-            Stored {
-                row: Row::Live,
-                xmin: 100,
-                drawn_in: 100,
-            },
-        );
+        db.store(new, 100, 100);
     }
     let (used, evictions) = table.usage();
     assert_eq!((used, evictions), (16, 1_000 - 16));
@@ -461,14 +453,7 @@ fn two_calls_filling_at_once_do_not_evict_each_others_entry() {
     db.begin();
     for ms in 0..7 {
         let (ms, r) = draw(&*table, key(0, ms), 0, T100, 100, &mut db).unwrap();
-        db.index.insert(
-            id(key(0, ms), r),
-            Stored {
-                row: Row::Live,
-                xmin: 100,
-                drawn_in: 100,
-            },
-        );
+        db.store(id(key(0, ms), r), 100, 100);
     }
     let (a, b) = (key(0, 50), key(0, 51));
     let Step::Fill(ticket_a) = table.reserve(a, 0, T100, None) else {
@@ -517,20 +502,10 @@ fn rows_of_an_open_savepoint_do_not_free_their_entries() {
                 id(key(0, ms), r)
             })
             .collect();
-        let sub = db.next_xid;
-        db.next_xid += 1;
+        let sub = db.savepoint(t1);
         for &new in &drawn {
-            let row = Row::Live;
-            db.index.insert(
-                new,
-                Stored {
-                    row,
-                    xmin: sub,
-                    drawn_in: t1,
-                },
-            );
+            db.store(new, sub, t1);
         }
-        db.running.get_mut(&t1).unwrap().levels.push(sub);
         let t2 = db.begin();
         let other = draw(
             &*table,
@@ -544,15 +519,7 @@ fn rows_of_an_open_savepoint_do_not_free_their_entries() {
             // the old eviction: t2 took t1's least recently used entry; rolled back to the
             // savepoint and vacuumed, the index forgets t1's id, and a third draw repeats it
             let (ms, r) = other.unwrap();
-            let row = Row::Live;
-            db.index.insert(
-                id(key(0, ms), r),
-                Stored {
-                    row,
-                    xmin: t2,
-                    drawn_in: t2,
-                },
-            );
+            db.store(id(key(0, ms), r), t2, t2);
             db.kill(&[sub]);
             db.index.retain(|_, s| s.row == Row::Live);
             db.running
@@ -582,40 +549,24 @@ fn rows_of_an_open_savepoint_do_not_free_their_entries() {
         db.running.remove(&t1);
         db.kill(&[t1, sub]);
         let t3 = db.begin();
-        let sub3 = db.next_xid;
-        db.next_xid += 1;
-        db.running.get_mut(&t3).unwrap().levels.push(sub3);
+        let sub3 = db.savepoint(t3);
         for ms in 100..120 {
             let taker = Taker {
                 top: t3,
                 level: sub3,
             };
             let (ms, r) = draw(&*table, key(0, ms), 0, taker, 1_000, &mut db).unwrap();
-            let row = Row::Live;
-            let stored = Stored {
-                row,
-                xmin: sub3,
-                drawn_in: sub3,
-            };
-            db.index.insert(id(key(0, ms), r), stored);
+            db.store(id(key(0, ms), r), sub3, sub3);
         }
         // ids drawn outside the savepoint and stored in it do not free their entries
         let t4 = db.begin();
-        let sub4 = db.next_xid;
-        db.next_xid += 1;
-        db.running.get_mut(&t4).unwrap().levels.push(sub4);
+        let sub4 = db.savepoint(t4);
         let mut refused = false;
         for ms in 200..220 {
             let taker = Taker { top: t4, level: t4 };
             match draw(&*table, key(0, ms), 0, taker, 1_000, &mut db) {
                 Ok((ms, r)) => {
-                    let row = Row::Live;
-                    let stored = Stored {
-                        row,
-                        xmin: sub4,
-                        drawn_in: t4,
-                    };
-                    db.index.insert(id(key(0, ms), r), stored);
+                    db.store(id(key(0, ms), r), sub4, t4);
                 }
                 Err(e) => {
                     assert_eq!(e, DrawError::NoRoom);
