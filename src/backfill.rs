@@ -100,14 +100,19 @@ fn next_shard_id_at(seq: pg_sys::Oid, shard: i32, ts: TimestampWithTimeZone) -> 
     // SAFETY: PostgreSQL's own function (declared in crate::generate); inside pgrx's guard, its ERRORs
     // are caught and re-raised at the boundary.
     let value = unsafe { pg_sys::ffi::pg_guard_ffi_boundary(|| nextval_internal(seq, true)) };
-    // SAFETY: backend globals; the transaction ids are assigned here if the transaction (and
-    // the savepoint the call runs in) has none (nextval has just written, so this is a read-write
-    // transaction). The savepoint's own id is what lets the reservation go once the rows it stores
-    // hold the ids: its rows carry it (`Database::kept`).
+    // SAFETY: backend globals; the top-level transaction id is assigned here if the transaction
+    // has none (nextval has just written, so this is a read-write transaction). The savepoint the
+    // call runs in is named by its id if it has one already: its rows carry it, and they let the
+    // reservation go (`Database::kept`). One without an id is not given one here: a plpgsql
+    // EXCEPTION block per row (the conversion's fill trigger) would use an id per row, and past
+    // 64 of them every snapshot of the server reads pg_subtrans while the transaction runs.
     let (database, taker) = unsafe {
+        let top = pg_sys::GetTopFullTransactionId().value;
+        // (after the top level's: outside any savepoint, this is it)
+        let level = pg_sys::GetCurrentFullTransactionIdIfAny().value;
         let taker = Taker {
-            top: pg_sys::GetTopFullTransactionId().value,
-            level: pg_sys::GetCurrentFullTransactionId().value,
+            top,
+            level: (level != 0).then_some(level),
         };
         (pg_sys::MyDatabaseId, taker)
     };

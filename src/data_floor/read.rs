@@ -351,6 +351,7 @@ pub unsafe fn remainders_in(
             Count::Kept { drawn_in } => Some(drawn_in),
         };
         let heap_am = (*heap).rd_tableam == pg_sys::GetHeapamTableAmRoutine();
+        let own = kept.map(|_| OwnTransaction::now());
         let slot = match kept {
             Some(_) if heap_am => pg_sys::table_slot_create(heap, std::ptr::null_mut()),
             _ => std::ptr::null_mut(),
@@ -368,7 +369,7 @@ pub unsafe fn remainders_in(
                         if !pg_sys::index_fetch_heap(scan, slot) {
                             break;
                         }
-                        any = any || tuple_is_kept(slot, drawn_in);
+                        any = any || tuple_is_kept(slot, drawn_in, own.as_ref().unwrap());
                         if any || !(*scan).xs_heap_continue {
                             break;
                         }
@@ -390,6 +391,55 @@ pub unsafe fn remainders_in(
     }
 }
 
+/// The caller's transaction: its top-level id and the savepoints open in it that have ids (the
+/// current one given one here, so that every open savepoint with rows has one: PostgreSQL gives a
+/// savepoint's parents ids before its own).
+struct OwnTransaction {
+    top: pg_sys::TransactionId,
+    open: Vec<pg_sys::TransactionId>,
+}
+
+impl OwnTransaction {
+    /// # Safety
+    /// Inside a read-write transaction, not in parallel mode (`next_shard_id_at` is PARALLEL
+    /// UNSAFE and has called nextval).
+    unsafe fn now() -> Self {
+        // SAFETY: the caller's contract; pg_subtrans holds the parent of every subtransaction id
+        // assigned, and this transaction's are all at or after TransactionXmin.
+        unsafe {
+            let top = pg_sys::GetTopTransactionId();
+            let mut open = Vec::new();
+            let mut level = pg_sys::GetCurrentTransactionId();
+            while level != top && level != pg_sys::InvalidTransactionId && open.len() < 10_000 {
+                open.push(level);
+                level = pg_sys::SubTransGetParent(level);
+            }
+            OwnTransaction { top, open }
+        }
+    }
+
+    /// Whether a row inserted by `xmin`, one of this transaction's (sub)transaction ids, goes only
+    /// with the whole transaction: the top level, or a savepoint released into it (with every
+    /// savepoint between them released too).
+    ///
+    /// # Safety
+    /// As [`OwnTransaction::now`], with `xmin` one of this transaction's ids.
+    unsafe fn goes_only_with_it(&self, xmin: pg_sys::TransactionId) -> bool {
+        let mut level = xmin;
+        for _ in 0..10_000 {
+            if level == self.top {
+                return true;
+            }
+            if self.open.contains(&level) || level == pg_sys::InvalidTransactionId {
+                return false;
+            }
+            // SAFETY: the caller's contract.
+            level = unsafe { pg_sys::SubTransGetParent(level) };
+        }
+        false
+    }
+}
+
 /// Whether the heap tuple in `slot` can no longer go while its inserting transaction goes on
 /// ([`Count::Kept`]): inserted by a committed transaction, by a running one outside any
 /// savepoint, or by the (sub)transaction `drawn_in` (64-bit).
@@ -397,7 +447,11 @@ pub unsafe fn remainders_in(
 /// # Safety
 /// `slot` holds a heap tuple just fetched, inside a transaction with a snapshot (so that every
 /// running transaction id is at or after `TransactionXmin`, as `pg_subtrans` needs).
-unsafe fn tuple_is_kept(slot: *mut pg_sys::TupleTableSlot, drawn_in: Option<u64>) -> bool {
+unsafe fn tuple_is_kept(
+    slot: *mut pg_sys::TupleTableSlot,
+    drawn_in: Option<u64>,
+    own: &OwnTransaction,
+) -> bool {
     use pg_shard_id_core::backfill::widen_xid;
     // SAFETY: the caller's contract; a buffer heap slot's tuple is in the pinned buffer and is
     // not copied (should_free stays false), and only its header is read.
@@ -408,23 +462,24 @@ unsafe fn tuple_is_kept(slot: *mut pg_sys::TupleTableSlot, drawn_in: Option<u64>
         let mask = u32::from((*header).t_infomask);
         let xmin = (*header).t_choice.t_heap.t_xmin;
         let frozen = pg_sys::HEAP_XMIN_FROZEN;
-        let kept = if mask & frozen == frozen || mask & pg_sys::HEAP_XMIN_COMMITTED != 0 {
+        let by_drawer = || {
+            let next = pg_sys::ReadNextFullTransactionId().value;
+            drawn_in == Some(widen_xid(next, xmin.into_inner()))
+        };
+        // (this transaction's own rows first: COPY FREEZE marks rows of a savepoint still open
+        // frozen, and they go with it; the review of the savepoint fix)
+        let kept = if pg_sys::TransactionIdIsCurrentTransactionId(xmin) {
+            own.goes_only_with_it(xmin) || by_drawer()
+        } else if mask & frozen == frozen || mask & pg_sys::HEAP_XMIN_COMMITTED != 0 {
             true
         } else if mask & pg_sys::HEAP_XMIN_INVALID != 0 {
             false
+        } else if pg_sys::TransactionIdIsInProgress(xmin) {
+            // another transaction's: its top level (a savepoint of it, open or released, cannot
+            // be told apart from here), or the (sub)transaction that drew the ids
+            pg_sys::SubTransGetTopmostTransaction(xmin) == xmin || by_drawer()
         } else {
-            let by_drawer = || {
-                let next = pg_sys::ReadNextFullTransactionId().value;
-                drawn_in == Some(widen_xid(next, xmin.into_inner()))
-            };
-            if pg_sys::TransactionIdIsCurrentTransactionId(xmin) {
-                // this transaction's own row: outside any savepoint, or of the drawing one
-                xmin == pg_sys::GetTopTransactionIdIfAny() || by_drawer()
-            } else if pg_sys::TransactionIdIsInProgress(xmin) {
-                pg_sys::SubTransGetTopmostTransaction(xmin) == xmin || by_drawer()
-            } else {
-                pg_sys::TransactionIdDidCommit(xmin)
-            }
+            pg_sys::TransactionIdDidCommit(xmin)
         };
         if should_free {
             pg_sys::heap_freetuple(tuple);

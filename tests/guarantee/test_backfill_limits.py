@@ -12,7 +12,8 @@
   their rows do not let other backfills take their reservations, so rolled back, vacuumed and
   stored again they repeat nothing (the 27th review: 20,480 of them repeated); a savepoint that
   draws and stores its own ids (a conversion's batch) still draws more milliseconds than the
-  shared reservations hold.
+  shared reservations hold, and so do later batches drawing again from the same milliseconds and
+  a savepoint per row (the review of that fix: 54000 there).
 
 Run by tests/guarantee/run.sh."""
 
@@ -221,3 +222,37 @@ def test_a_savepoint_that_draws_and_stores_its_own_ids_is_not_limited(cluster, d
         conn.execute("RELEASE SAVEPOINT a")
         conn.commit()
         assert conn.execute("SELECT count(DISTINCT id) FROM t").fetchone()[0] == 20_002
+
+
+def test_batches_and_a_savepoint_per_row_draw_again_from_the_same_milliseconds(cluster, db):
+    """The review of the savepoint fix: an entry drawn from by a second (sub)transaction was held
+    until that one ended, so a conversion's later batches (each in an EXCEPTION block of its own
+    transaction) and a plpgsql block per row, drawing again from milliseconds drawn before, got
+    54000 once 4,096 such entries were held."""
+    with cluster.connect(db) as conn:
+        conn.execute("CREATE SEQUENCE s")
+        conn.execute("CREATE TABLE t (id bigint DEFAULT next_shard_id('s', 8) UNIQUE)")
+        base = conn.execute("SELECT now() - interval '3 hours'").fetchone()[0]
+        batch = """
+            DO $$ BEGIN
+              BEGIN
+                INSERT INTO t SELECT next_shard_id_at('s', 8, %s::timestamptz
+                                                      + floor(random() * 5000) * interval '1 ms')
+                  FROM generate_series(1, 10000);
+              EXCEPTION WHEN lock_not_available THEN RAISE;
+              END;
+            END $$"""
+        for _ in range(4):
+            conn.execute(batch.replace("%s", f"'{base.isoformat()}'"))
+        per_row = """
+            DO $$ BEGIN
+              FOR i IN 1..20000 LOOP
+                BEGIN
+                  INSERT INTO t SELECT next_shard_id_at('s', 8, %s::timestamptz
+                                                        + floor(random() * 5000) * interval '1 ms');
+                EXCEPTION WHEN lock_not_available THEN RAISE;
+                END;
+              END LOOP;
+            END $$"""
+        conn.execute(per_row.replace("%s", f"'{base.isoformat()}'"))
+        assert conn.execute("SELECT count(DISTINCT id) FROM t").fetchone()[0] == 60_000
