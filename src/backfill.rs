@@ -186,8 +186,8 @@ fn refuse(error: DrawError<String>, seq: pg_sys::Oid, ms: i64, epoch: i64) -> ! 
              that have not stored their ids yet"
                 .into(),
             "Store each id in the statement that draws it (INSERT ... SELECT, UPDATE ... SET), \
-             or commit in smaller batches. Rows stored in a savepoint still open, of ids drawn \
-             outside it, do not free a reservation while their transaction runs.",
+             or commit in smaller batches. Rows another session stored in a savepoint, of ids \
+             drawn outside it, do not free a reservation until that session commits.",
         ),
     }
 }
