@@ -186,8 +186,9 @@ fn refuse(error: DrawError<String>, seq: pg_sys::Oid, ms: i64, epoch: i64) -> ! 
              that have not stored their ids yet"
                 .into(),
             "Store each id in the statement that draws it (INSERT ... SELECT, UPDATE ... SET), \
-             or commit in smaller batches. Rows another session stored in a savepoint, of ids \
-             drawn outside it, do not free a reservation until that session commits.",
+             or commit in smaller batches. Rows stored in a savepoint, of ids drawn outside it, \
+             free no reservation while the savepoint is open (another session's: until it \
+             commits).",
         ),
     }
 }
@@ -253,6 +254,16 @@ impl Database for Indexes {
 
     fn kept(&mut self, key: MsKey, drawn_in: Option<u64>) -> Result<Remainders, String> {
         self.read(key, Count::Kept { drawn_in })
+    }
+
+    fn has_ended(&mut self, top: u64) -> bool {
+        // SAFETY: plain calls into the transaction manager. A 64-bit id 2^31 or more behind the
+        // next one is older than any running transaction, and its 32-bit form may name another.
+        unsafe {
+            let next = pg_sys::ReadNextFullTransactionId().value;
+            next.saturating_sub(top) >= 1 << 31
+                || !pg_sys::TransactionIdIsInProgress(pg_sys::TransactionId::from(top as u32))
+        }
     }
 
     fn oldest_running(&mut self) -> u64 {

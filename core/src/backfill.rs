@@ -163,6 +163,9 @@ pub enum Step {
     /// An entry must be evicted and none may be without knowing the oldest running transaction:
     /// ask again with it.
     NeedOldestRunning,
+    /// The entry holds the draws of one other transaction, this one: ask again knowing whether it
+    /// has ended ([`Database::has_ended`]).
+    NeedTakerState(u64),
     /// Every entry of the key's bucket protects ids of running transactions: read which of their
     /// remainders are kept now, [`Reservations::evict_if_kept`] each, and ask again.
     NoRoom(Vec<Held>),
@@ -180,6 +183,8 @@ struct Entry {
     handed: Remainders,
     /// The newest (64-bit) transaction id that took a remainder; 0: none.
     newest_taker: u64,
+    /// Whether every remainder in `handed` went to `newest_taker`'s transaction.
+    one_taker: bool,
     /// The (sub)transaction of every draw from the entry; 0: none yet, [`MIXED`]: more than one.
     drawn_in: u64,
     last_use: u64,
@@ -234,13 +239,15 @@ impl<const N: usize> Reservations<N> {
 
     /// Reserves a remainder of `key` for `taker`, the first free one at or after `start`
     /// (wrapping). `oldest_running`: the oldest 64-bit transaction id still running, when the
-    /// caller knows it (an eviction needs it).
+    /// caller knows it (an eviction needs it); `ended`: transactions the caller knows to have
+    /// ended (`true`) or to be running (`false`).
     pub fn reserve(
         &self,
         key: MsKey,
         start: u16,
         taker: Taker,
         oldest_running: Option<u64>,
+        ended: &[(u64, bool)],
     ) -> Step {
         debug_assert!(taker.top != 0 && taker.level.is_none_or(|l| l != 0 && l != MIXED));
         self.with(|t| {
@@ -330,15 +337,25 @@ impl<const N: usize> Reservations<N> {
             // millisecond drawn from again by a later transaction (the conversion's next batch)
             // would stay held by both until the later one ends (the review of the savepoint fix:
             // 54000 in the conversion's batches).
+            // Asked of the one transaction that drew, when only one did: the oldest running
+            // transaction of the whole server is no test there (any older transaction left open,
+            // in any database, would keep every entry mixed: the second review of the fix).
             if e.newest_taker != 0 && e.newest_taker != taker.top {
-                match oldest_running {
-                    None => return Step::NeedOldestRunning,
-                    Some(oldest) if e.newest_taker < oldest => {
-                        e.handed = Remainders::default();
-                        e.drawn_in = 0;
-                        e.newest_taker = 0;
+                let taker_ended = if e.one_taker {
+                    match ended.iter().find(|(top, _)| *top == e.newest_taker) {
+                        Some(&(_, has_ended)) => has_ended,
+                        None => return Step::NeedTakerState(e.newest_taker),
                     }
-                    Some(_) => {}
+                } else {
+                    match oldest_running {
+                        None => return Step::NeedOldestRunning,
+                        Some(oldest) => e.newest_taker < oldest,
+                    }
+                };
+                if taker_ended {
+                    e.handed = Remainders::default();
+                    e.drawn_in = 0;
+                    e.newest_taker = 0;
                 }
             }
             match e.used.first_free_from(start) {
@@ -351,6 +368,8 @@ impl<const N: usize> Reservations<N> {
                         _ => MIXED,
                     };
                     e.handed.insert(r);
+                    e.one_taker =
+                        e.newest_taker == 0 || (e.one_taker && e.newest_taker == taker.top);
                     e.newest_taker = e.newest_taker.max(taker.top);
                     Step::Reserved(r)
                 }
@@ -416,6 +435,8 @@ pub trait Database {
     fn kept(&mut self, key: MsKey, drawn_in: Option<u64>) -> Result<Remainders, Self::Error>;
     /// The oldest 64-bit transaction id still running (the next one to be assigned when none).
     fn oldest_running(&mut self) -> u64;
+    /// Whether transaction `top` (a 64-bit top-level id) has ended: committed or aborted.
+    fn has_ended(&mut self, top: u64) -> bool;
 }
 
 /// Why [`draw`] gave no id.
@@ -446,12 +467,13 @@ pub fn draw<const N: usize, D: Database>(
     db: &mut D,
 ) -> Result<(i64, u16), DrawError<D::Error>> {
     let mut oldest = None;
+    let mut ended = Vec::new();
     let mut retries = 0;
     loop {
         if key.ms > last_ms {
             return Err(DrawError::PastLastMs);
         }
-        match table.reserve(key, start, taker, oldest) {
+        match table.reserve(key, start, taker, oldest, &ended) {
             Step::Reserved(r) => return Ok((key.ms, r)),
             Step::MillisecondFull => {
                 key.ms += 1;
@@ -465,6 +487,7 @@ pub fn draw<const N: usize, D: Database>(
                 retries += 1;
             }
             Step::NeedOldestRunning => oldest = Some(db.oldest_running()),
+            Step::NeedTakerState(top) => ended.push((top, db.has_ended(top))),
             Step::NoRoom(held) => {
                 let mut evicted = false;
                 for entry in held {

@@ -351,7 +351,9 @@ pub unsafe fn remainders_in(
             Count::Kept { drawn_in } => Some(drawn_in),
         };
         let heap_am = (*heap).rd_tableam == pg_sys::GetHeapamTableAmRoutine();
-        let own = kept.map(|_| OwnTransaction::now());
+        // (read only when a row of one of the caller's own savepoints is met: it gives the current
+        // savepoint an id)
+        let mut own = None;
         let slot = match kept {
             Some(_) if heap_am => pg_sys::table_slot_create(heap, std::ptr::null_mut()),
             _ => std::ptr::null_mut(),
@@ -369,7 +371,7 @@ pub unsafe fn remainders_in(
                         if !pg_sys::index_fetch_heap(scan, slot) {
                             break;
                         }
-                        any = any || tuple_is_kept(slot, drawn_in, own.as_ref().unwrap());
+                        any = any || tuple_is_kept(slot, drawn_in, &mut own);
                         if any || !(*scan).xs_heap_continue {
                             break;
                         }
@@ -397,7 +399,13 @@ pub unsafe fn remainders_in(
 struct OwnTransaction {
     top: pg_sys::TransactionId,
     open: Vec<pg_sys::TransactionId>,
+    /// More savepoints open than [`OPEN_MAX`]: `open` is not all of them.
+    cut_short: bool,
 }
+
+/// How many open savepoints [`OwnTransaction`] lists; past them, none of the caller's own
+/// savepoint rows counts as kept.
+const OPEN_MAX: usize = 10_000;
 
 impl OwnTransaction {
     /// # Safety
@@ -410,11 +418,16 @@ impl OwnTransaction {
             let top = pg_sys::GetTopTransactionId();
             let mut open = Vec::new();
             let mut level = pg_sys::GetCurrentTransactionId();
-            while level != top && level != pg_sys::InvalidTransactionId && open.len() < 10_000 {
+            while level != top && level != pg_sys::InvalidTransactionId && open.len() < OPEN_MAX {
                 open.push(level);
                 level = pg_sys::SubTransGetParent(level);
             }
-            OwnTransaction { top, open }
+            let cut_short = level != top && level != pg_sys::InvalidTransactionId;
+            OwnTransaction {
+                top,
+                open,
+                cut_short,
+            }
         }
     }
 
@@ -425,8 +438,11 @@ impl OwnTransaction {
     /// # Safety
     /// As [`OwnTransaction::now`], with `xmin` one of this transaction's ids.
     unsafe fn goes_only_with_it(&self, xmin: pg_sys::TransactionId) -> bool {
+        if self.cut_short {
+            return false;
+        }
         let mut level = xmin;
-        for _ in 0..10_000 {
+        for _ in 0..=OPEN_MAX {
             if level == self.top {
                 return true;
             }
@@ -450,7 +466,7 @@ impl OwnTransaction {
 unsafe fn tuple_is_kept(
     slot: *mut pg_sys::TupleTableSlot,
     drawn_in: Option<u64>,
-    own: &OwnTransaction,
+    own: &mut Option<OwnTransaction>,
 ) -> bool {
     use pg_shard_id_core::backfill::widen_xid;
     // SAFETY: the caller's contract; a buffer heap slot's tuple is in the pinned buffer and is
@@ -469,7 +485,11 @@ unsafe fn tuple_is_kept(
         // (this transaction's own rows first: COPY FREEZE marks rows of a savepoint still open
         // frozen, and they go with it; the review of the savepoint fix)
         let kept = if pg_sys::TransactionIdIsCurrentTransactionId(xmin) {
-            own.goes_only_with_it(xmin) || by_drawer()
+            xmin == pg_sys::GetTopTransactionIdIfAny()
+                || by_drawer()
+                || own
+                    .get_or_insert_with(|| OwnTransaction::now())
+                    .goes_only_with_it(xmin)
         } else if mask & frozen == frozen || mask & pg_sys::HEAP_XMIN_COMMITTED != 0 {
             true
         } else if mask & pg_sys::HEAP_XMIN_INVALID != 0 {

@@ -228,8 +228,11 @@ def test_batches_and_a_savepoint_per_row_draw_again_from_the_same_milliseconds(c
     """The review of the savepoint fix: an entry drawn from by a second (sub)transaction was held
     until that one ended, so a conversion's later batches (each in an EXCEPTION block of its own
     transaction) and a plpgsql block per row, drawing again from milliseconds drawn before, got
-    54000 once 4,096 such entries were held."""
-    with cluster.connect(db) as conn:
+    54000 once 4,096 such entries were held; the first fix of it let go only when the oldest
+    running transaction of the server was newer, which one transaction left open anywhere undid
+    (the second review of the fix)."""
+    with cluster.connect(db) as conn, cluster.connect("postgres", autocommit=False) as idle:
+        idle.execute("SELECT txid_current()")  # (an older transaction left open, with an id)
         conn.execute("CREATE SEQUENCE s")
         conn.execute("CREATE TABLE t (id bigint DEFAULT next_shard_id('s', 8) UNIQUE)")
         base = conn.execute("SELECT now() - interval '3 hours'").fetchone()[0]
