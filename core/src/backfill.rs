@@ -269,19 +269,34 @@ impl<const N: usize> Reservations<N> {
                             // An entry being filled is not taken here: two calls would
                             // take each other's in turn and neither would ever fill its own
                             // (seen with two sessions: 1,000 retries, then "no room").
+                            // (an entry one transaction drew from may go once that one has
+                            // ended, whatever older transaction is left open elsewhere: the third
+                            // review of the savepoint fix, 54000 for everyone after one rollback)
+                            let taker_ended =
+                                |e: &Entry| e.one_taker && ended.contains(&(e.newest_taker, true));
                             let evictable = |e: &Entry| {
                                 e.filled
                                     && (e.handed.is_empty()
+                                        || taker_ended(e)
                                         || oldest_running.is_some_and(|o| e.newest_taker < o))
                             };
                             let victim = bucket
                                 .clone()
                                 .filter(|&i| evictable(&t.entries[i]))
                                 .min_by_key(|&i| t.entries[i].last_use);
+                            let unasked = bucket.clone().map(|i| &t.entries[i]).find(|e| {
+                                e.filled
+                                    && e.one_taker
+                                    && e.newest_taker != taker.top
+                                    && !ended.iter().any(|(top, _)| *top == e.newest_taker)
+                            });
                             match victim {
                                 Some(slot) => {
                                     t.evictions += 1;
                                     slot
+                                }
+                                None if unasked.is_some() => {
+                                    return Step::NeedTakerState(unasked.unwrap().newest_taker)
                                 }
                                 None if oldest_running.is_none() => return Step::NeedOldestRunning,
                                 None => {

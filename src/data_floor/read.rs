@@ -351,8 +351,7 @@ pub unsafe fn remainders_in(
             Count::Kept { drawn_in } => Some(drawn_in),
         };
         let heap_am = (*heap).rd_tableam == pg_sys::GetHeapamTableAmRoutine();
-        // (read only when a row of one of the caller's own savepoints is met: it gives the current
-        // savepoint an id)
+        // (read only when a row of one of the caller's own savepoints is met)
         let mut own = None;
         let slot = match kept {
             Some(_) if heap_am => pg_sys::table_slot_create(heap, std::ptr::null_mut()),
@@ -393,13 +392,16 @@ pub unsafe fn remainders_in(
     }
 }
 
-/// The caller's transaction: its top-level id and the savepoints open in it that have ids (the
-/// current one given one here, so that every open savepoint with rows has one: PostgreSQL gives a
-/// savepoint's parents ids before its own).
+/// The caller's transaction: its top-level id and the savepoints open in it that have ids,
+/// found without giving any savepoint an id (a fill trigger's EXCEPTION block per row would use
+/// one per row: the third review of the savepoint fix). PostgreSQL gives a savepoint's parents ids
+/// before its own, so the chain from the current savepoint's id up is all of them; when the
+/// current savepoint has no id, they are known only if it is directly under the top level.
 struct OwnTransaction {
     top: pg_sys::TransactionId,
     open: Vec<pg_sys::TransactionId>,
-    /// More savepoints open than [`OPEN_MAX`]: `open` is not all of them.
+    /// The open savepoints are not all known (more than [`OPEN_MAX`], or the current one has no
+    /// id and is not directly under the top level): none of the caller's savepoint rows counts.
     cut_short: bool,
 }
 
@@ -409,20 +411,29 @@ const OPEN_MAX: usize = 10_000;
 
 impl OwnTransaction {
     /// # Safety
-    /// Inside a read-write transaction, not in parallel mode (`next_shard_id_at` is PARALLEL
-    /// UNSAFE and has called nextval).
+    /// Inside a transaction that has a top-level id, with a snapshot.
     unsafe fn now() -> Self {
         // SAFETY: the caller's contract; pg_subtrans holds the parent of every subtransaction id
         // assigned, and this transaction's are all at or after TransactionXmin.
         unsafe {
-            let top = pg_sys::GetTopTransactionId();
+            let top = pg_sys::GetTopTransactionIdIfAny();
             let mut open = Vec::new();
-            let mut level = pg_sys::GetCurrentTransactionId();
+            let mut level = pg_sys::GetCurrentTransactionIdIfAny();
+            if level == pg_sys::InvalidTransactionId {
+                // (no id: no row of its own; known to have no open parent but the top level only
+                // directly under it)
+                let cut_short = pg_sys::GetCurrentTransactionNestLevel() > 2;
+                return OwnTransaction {
+                    top,
+                    open,
+                    cut_short,
+                };
+            }
             while level != top && level != pg_sys::InvalidTransactionId && open.len() < OPEN_MAX {
                 open.push(level);
                 level = pg_sys::SubTransGetParent(level);
             }
-            let cut_short = level != top && level != pg_sys::InvalidTransactionId;
+            let cut_short = level != top;
             OwnTransaction {
                 top,
                 open,

@@ -673,3 +673,33 @@ fn later_batches_and_savepoints_per_row_draw_again_from_the_same_milliseconds() 
     }
     db.running.remove(&idle);
 }
+
+/// The third review of the savepoint fix: a transaction that drew (and stored) ids for every
+/// entry of the table aborts while an older transaction is left open elsewhere; its entries
+/// protect nothing any more, and another transaction's draw is not refused.
+#[test]
+fn the_entries_of_an_aborted_transaction_go_while_an_older_one_stays_open() {
+    let table = Reservations::<SHARED_ENTRIES>::new_boxed();
+    let mut db = Model::new();
+    let idle = db.begin();
+    let aborted = db.begin();
+    for ms in 0..6_000 {
+        let taker = Taker {
+            top: aborted,
+            level: Some(aborted),
+        };
+        let (ms, r) = draw(&*table, key(0, ms), 0, taker, 100_000, &mut db).unwrap();
+        db.store(id(key(0, ms), r), aborted, aborted);
+    }
+    let gone = db.running.remove(&aborted).unwrap();
+    db.kill(&gone.levels);
+    let later = db.begin();
+    for ms in 10_000..10_100 {
+        let taker = Taker {
+            top: later,
+            level: None,
+        };
+        draw(&*table, key(0, ms), 0, taker, 100_000, &mut db).expect("not refused");
+    }
+    db.running.remove(&idle);
+}
