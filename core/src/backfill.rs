@@ -190,6 +190,15 @@ struct Entry {
     last_use: u64,
 }
 
+/// What the caller of [`Reservations::reserve`] knows of transaction `top`: `Some(true)` ended,
+/// `Some(false)` running, `None` not asked yet.
+fn known(ended: &[(u64, bool)], top: u64) -> Option<bool> {
+    ended
+        .iter()
+        .find(|(t, _)| *t == top)
+        .map(|&(_, has_ended)| has_ended)
+}
+
 #[repr(C)]
 struct Inner<const N: usize> {
     tick: u64,
@@ -272,8 +281,9 @@ impl<const N: usize> Reservations<N> {
                             // (an entry one transaction drew from may go once that one has
                             // ended, whatever older transaction is left open elsewhere: the third
                             // review of the savepoint fix, 54000 for everyone after one rollback)
-                            let taker_ended =
-                                |e: &Entry| e.one_taker && ended.contains(&(e.newest_taker, true));
+                            let taker_ended = |e: &Entry| {
+                                e.one_taker && known(ended, e.newest_taker) == Some(true)
+                            };
                             let evictable = |e: &Entry| {
                                 e.filled
                                     && (e.handed.is_empty()
@@ -288,7 +298,7 @@ impl<const N: usize> Reservations<N> {
                                 e.filled
                                     && e.one_taker
                                     && e.newest_taker != taker.top
-                                    && !ended.iter().any(|(top, _)| *top == e.newest_taker)
+                                    && known(ended, e.newest_taker).is_none()
                             });
                             match victim {
                                 Some(slot) => {
@@ -357,8 +367,8 @@ impl<const N: usize> Reservations<N> {
             // in any database, would keep every entry mixed: the second review of the fix).
             if e.newest_taker != 0 && e.newest_taker != taker.top {
                 let taker_ended = if e.one_taker {
-                    match ended.iter().find(|(top, _)| *top == e.newest_taker) {
-                        Some(&(_, has_ended)) => has_ended,
+                    match known(ended, e.newest_taker) {
+                        Some(has_ended) => has_ended,
                         None => return Step::NeedTakerState(e.newest_taker),
                     }
                 } else {
