@@ -469,7 +469,8 @@ impl OwnTransaction {
 
 /// Whether the heap tuple in `slot` can no longer go while its inserting transaction goes on
 /// ([`Count::Kept`]): inserted by a committed transaction, by a running one outside any
-/// savepoint, or by the (sub)transaction `drawn_in` (64-bit).
+/// savepoint, or by the (sub)transaction `drawn_in` (64-bit); never a speculative insertion
+/// whose conflict check has not ended.
 ///
 /// # Safety
 /// `slot` holds a heap tuple just fetched, inside a transaction with a snapshot (so that every
@@ -493,9 +494,16 @@ unsafe fn tuple_is_kept(
             let next = pg_sys::ReadNextFullTransactionId().value;
             drawn_in == Some(widen_xid(next, xmin.into_inner()))
         };
+        // A speculative insertion (INSERT ... ON CONFLICT, before its conflict check ended) carries
+        // a token in t_ctid, and its transaction may still cancel it and go on (the row is then
+        // "super-deleted", its xmin made invalid): not kept, whoever inserted it (the twenty-eighth
+        // review).
+        let speculative = u32::from((*header).t_ctid.ip_posid) == pg_sys::SpecTokenOffsetNumber;
         // (this transaction's own rows first: COPY FREEZE marks rows of a savepoint still open
         // frozen, and they go with it; the review of the savepoint fix)
-        let kept = if pg_sys::TransactionIdIsCurrentTransactionId(xmin) {
+        let kept = if speculative {
+            false
+        } else if pg_sys::TransactionIdIsCurrentTransactionId(xmin) {
             xmin == pg_sys::GetTopTransactionIdIfAny()
                 || by_drawer()
                 || own
