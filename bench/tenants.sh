@@ -16,12 +16,15 @@
 #    evictions.
 # 3. One time-partitioned table, PARTITIONS daily partitions (ten years) on one sequence: the
 #    first id after a restart.
+# 4. First ids with K_DDL tables, without and with another role's transaction open that made a
+#    temp table (issue 57: the catalog watch's change pending all along).
 #
 #   bench/tenants.sh                             PostgreSQL 15, the installed build
 #   TENANTS_K="0 1000 10000 100000"              (default) sizes of part 1
 #   TENANTS_N="10 1000 10000 20000"              (default) tenants of part 2
 #   TENANTS_INSERTS=50000 TENANTS_PARTITIONS=3650 TENANTS_ROUNDS=5 TENANTS_STEADY=5
-#   TENANTS_PARTS="1 2 3"                        (default) which parts to run
+#   TENANTS_PARTS="1 2 3 4"                      (default) which parts to run
+#   TENANTS_K_DDL=20000                          (default) tables of part 4
 #   TENANTS_PG=18
 # Prints markdown. Needs a build installed (scripts/install.sh or scripts/test.sh). Run it on an
 # otherwise idle machine; 100,000 tables take a few minutes to create.
@@ -34,7 +37,7 @@ INSERTS="${TENANTS_INSERTS:-50000}"
 PARTITIONS="${TENANTS_PARTITIONS:-3650}"
 ROUNDS="${TENANTS_ROUNDS:-5}"
 STEADY="${TENANTS_STEADY:-5}"
-PARTS=" ${TENANTS_PARTS:-1 2 3} "
+PARTS=" ${TENANTS_PARTS:-1 2 3 4} "
 part() { [[ "$PARTS" == *" $1 "* ]]; }
 start_cluster tenants yes "fsync = off" "synchronous_commit = off" "max_locks_per_transaction = 1024" \
     "shared_buffers = '1GB'" "max_wal_size = '8GB'" "autovacuum = off" "jit = off" >/dev/null
@@ -225,5 +228,63 @@ for path, what in zip(sys.argv[1:3], ["`PARTITION BY RANGE (at)` (a timestamp)",
           f"{statistics.median(r[0] for r in rows):.2f} ms over {len(rows)} restarts (range "
           f"{min(r[0] for r in rows):.2f}-{max(r[0] for r in rows):.2f}); the next id "
           f"{statistics.median(r[1] for r in rows):.0f} µs.")
+PY
+fi
+
+# ---- 4. first ids while another role holds a DDL transaction open ----
+# K_DDL tenant tables; after a restart, in a warm backend, 5 fresh sequences' first ids per
+# round, without and then with another role's transaction open that made a temp table (the
+# catalog watch's change pending all along), ROUNDS rounds each.
+if part 4; then
+K_DDL="${TENANTS_K_DDL:-20000}"
+echo
+echo "### 4. First ids with $K_DDL tables, while another role's DDL transaction is open"
+echo
+q -c "CREATE DATABASE ddl_open"
+q -c "CREATE ROLE ddl_holder LOGIN"
+q -c "GRANT TEMP ON DATABASE ddl_open TO ddl_holder"
+q -d ddl_open -c "SET client_min_messages = warning" -c "CREATE EXTENSION pg_shard_id" -c "CREATE SEQUENCE warm_s"
+make_tables ddl_open target 1 $((ROUNDS * 10)) "id bigint PRIMARY KEY DEFAULT next_shard_id('target_%s_seq', 2)"
+make_tables ddl_open tenant 1 "$K_DDL" "id bigint PRIMARY KEY DEFAULT next_shard_id('tenant_%s_seq', 1)"
+: >"$dir/ddl"
+for round in $(seq "$ROUNDS"); do
+    for open in no yes; do
+        restart
+        holder=
+        if [ "$open" = yes ]; then
+            psql -X -q -U ddl_holder -d ddl_open \
+                -c "BEGIN" -c "CREATE TEMP TABLE scratch (n int)" -c "SELECT pg_sleep(3600)" >/dev/null 2>&1 &
+            holder=$!
+            for _ in $(seq 100); do
+                [ "$(q -d ddl_open -c "SELECT count(*) FROM pg_stat_activity WHERE usename = 'ddl_holder' AND wait_event = 'PgSleep'")" = 1 ] && break
+                sleep 0.1
+            done
+        fi
+        base=$(((round - 1) * 10 + $([ "$open" = yes ] && echo 5 || echo 0)))
+        q -d ddl_open -c "DO \$\$
+DECLARE t0 timestamptz; t1 timestamptz; x bigint; seq regclass;
+BEGIN
+    x := next_shard_id('warm_s', 3);
+    FOR i IN $((base + 1))..$((base + 5)) LOOP
+        seq := format('target_%s_seq', i)::regclass;
+        t0 := clock_timestamp(); x := next_shard_id(seq, 2);
+        t1 := clock_timestamp();
+        RAISE NOTICE '$open %', (extract(epoch FROM t1 - t0) * 1e6)::int;
+    END LOOP;
+END \$\$" 2>&1 | sed -n 's/^NOTICE:  //p' >>"$dir/ddl"
+        if [ -n "$holder" ]; then
+            q -d ddl_open -c "SELECT pg_terminate_backend(pid) FROM pg_stat_activity WHERE usename = 'ddl_holder'" >/dev/null
+            wait "$holder" 2>/dev/null || true
+        fi
+    done
+done
+python3 - "$dir/ddl" "$ROUNDS" <<'PY'
+import statistics, sys
+rows = [l.split() for l in open(sys.argv[1]) if l.strip()]
+for open_, what in (("no", "no other transaction open"), ("yes", "another role's `CREATE TEMP TABLE` in an open transaction")):
+    xs = [int(r[1]) for r in rows if r[0] == open_]
+    firsts = [int(r[1]) for i, r in enumerate(rows) if r[0] == open_ and (i == 0 or rows[i - 1][0] != open_)]
+    print(f"- {what}: first id in a warm backend, median {statistics.median(xs):,.0f} µs over {len(xs)} "
+          f"(range {min(xs):,}-{max(xs):,}); the first of each round {statistics.median(firsts):,.0f} µs (median of {len(firsts)})")
 PY
 fi

@@ -132,13 +132,21 @@ impl Transactions for Pg {
 }
 
 /// Whether this database has no default that names no sequence, if that is known and still
-/// holds: `Ok(true)` none, `Ok(false)` some; else how to record what the caller reads next
-/// ([`record`]).
+/// holds for this transaction: `Ok(true)` none, `Ok(false)` some; else how to record what the
+/// caller reads next ([`record`]). A caller that reads less on `Ok(true)` asks again after its
+/// read (`CatalogWatch::known`).
 pub fn known() -> Result<bool, Ticket> {
-    // SAFETY: backend globals, read in a transaction.
-    let (database, recovering) = unsafe { (pg_sys::MyDatabaseId, pg_sys::RecoveryInProgress()) };
+    // SAFETY: backend globals and the transaction's own id (none assigned: 0), read in a
+    // transaction.
+    let (database, recovering, own) = unsafe {
+        (
+            pg_sys::MyDatabaseId,
+            pg_sys::RecoveryInProgress(),
+            pg_sys::GetTopFullTransactionIdIfAny().value,
+        )
+    };
     match shmem::catalog_watch() {
-        Some(watch) if !recovering => watch.known(database.to_u32(), &Pg),
+        Some(watch) if !recovering => watch.known(database.to_u32(), own, &Pg),
         _ => Err(Ticket::never()),
     }
 }

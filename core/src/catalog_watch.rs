@@ -16,8 +16,11 @@
 //!   counting costs one more read, under-counting a repeated id.
 //! * A change is counted when it is made, before it commits: an answer asked for before it is not
 //!   recorded, and one read after it, while it runs, cannot see it (but in its own transaction).
-//!   So the transaction that made it stays *pending* until it ends: while a change of the
-//!   database is pending nothing is trusted or recorded there. Pending transactions are listed
+//!   So the transaction that made it stays *pending* until it ends, and its end counts as a
+//!   change: an answer read while it runs (which cannot see it) holds for every other
+//!   transaction until then, never for the pending one itself (issue 57: without that, one
+//!   role's `CREATE TEMP TABLE` in an open transaction made every first id of the database read
+//!   every default). Pending transactions are listed
 //!   ([`PENDING_LISTED`]); beyond the list, the newest unlisted one is kept, and it ends for this
 //!   purpose when every transaction up to it has (a long transaction started before it delays
 //!   that, in every database: reads stay correct, only slower).
@@ -184,8 +187,21 @@ impl CatalogWatch {
 
     /// The answer recorded for `database` if it still holds: `Ok(true)` when it has no default
     /// that names no sequence, `Ok(false)` when it has one; else the [`Ticket`] to record the
-    /// answer the caller is about to read (with a snapshot taken after this call).
-    pub fn known(&self, database: u32, transactions: &impl Transactions) -> Result<bool, Ticket> {
+    /// answer the caller is about to read (with a snapshot taken after this call). `own`: the
+    /// caller's transaction (0: it has no id), whose own pending changes its reads see.
+    ///
+    /// A change pending in another transaction is not visible to the caller's read, so an answer
+    /// read while it runs holds for every other transaction until it ends: its end counts as a
+    /// change (found here, before any answer is given). A caller that uses `Ok(true)` to read
+    /// less asks again after its read: a transaction that ended before its snapshot was taken is
+    /// found then (issue 57: a role holding `CREATE TEMP TABLE` open made every first id read every
+    /// default).
+    pub fn known(
+        &self,
+        database: u32,
+        own: u64,
+        transactions: &impl Transactions,
+    ) -> Result<bool, Ticket> {
         // (PostgreSQL is asked outside the lock: it takes its own locks to answer)
         if self.with(|w| w.started == 0) {
             let newest = transactions.newest_prepared();
@@ -197,26 +213,34 @@ impl CatalogWatch {
             });
         }
         let (pending, unlisted) = self.with(|w| (w.pending, w.unlisted));
-        let ended: Vec<u64> = pending
+        let ended: Vec<Pending> = pending
             .iter()
             .filter(|p| p.xid != 0 && !transactions.running(p.xid))
-            .map(|p| p.xid)
+            .copied()
             .collect();
         let unlisted_ended = unlisted != 0 && transactions.oldest_running() > unlisted;
         self.with(|w| {
-            for p in w.pending.iter_mut().filter(|p| ended.contains(&p.xid)) {
-                *p = Pending {
-                    database: 0,
-                    xid: 0,
-                };
+            for gone in &ended {
+                for p in w.pending.iter_mut().filter(|p| p.xid == gone.xid) {
+                    *p = Pending {
+                        database: 0,
+                        xid: 0,
+                    };
+                }
+                // its changes are visible from now on: what was read while it ran is not
+                let now = w.tick();
+                for e in w.entries.iter_mut().filter(|e| e.database == gone.database) {
+                    e.last_change = now;
+                }
             }
             if unlisted_ended && w.unlisted == unlisted {
                 w.unlisted = 0;
             }
             if w.unlisted != 0
-                || w.pending
-                    .iter()
-                    .any(|p| p.xid != 0 && p.database == database)
+                || (own != 0
+                    && w.pending
+                        .iter()
+                        .any(|p| p.xid == own && p.database == database))
             {
                 return Err(Ticket(None));
             }
@@ -283,38 +307,71 @@ mod tests {
     fn nothing_is_known_at_first_and_an_answer_holds_until_a_change() {
         let w = CatalogWatch::new_boxed();
         let tx = Running::default();
-        let ticket = w.known(DB, &tx).unwrap_err();
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
         w.record(DB, ticket, true);
-        assert_eq!(w.known(DB, &tx), Ok(true));
+        assert_eq!(w.known(DB, 0, &tx), Ok(true));
         assert!(
-            w.known(DB + 1, &tx).is_err(),
+            w.known(DB + 1, 0, &tx).is_err(),
             "another database knows nothing"
         );
         tx.start(10);
         w.changed(DB, 10);
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
+        assert!(ticket.0.is_some(), "a change: read again, and record what is read");
+        w.record(DB, ticket, true);
         assert_eq!(
-            w.known(DB, &tx),
-            Err(Ticket(None)),
-            "pending: nothing trusted"
+            w.known(DB, 0, &tx),
+            Ok(true),
+            "pending: what others read holds for them"
         );
+        assert_eq!(
+            w.known(DB, 10, &tx),
+            Err(Ticket(None)),
+            "not for the transaction that made the change (it sees it)"
+        );
+        assert_eq!(w.known(DB, 11, &tx), Ok(true), "another transaction");
         tx.end(10);
-        let ticket = w.known(DB, &tx).unwrap_err();
-        assert!(ticket.0.is_some(), "ended: a new answer may be recorded");
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
+        assert!(ticket.0.is_some(), "ended: its change is visible, read again");
         w.record(DB, ticket, false);
-        assert_eq!(w.known(DB, &tx), Ok(false));
+        assert_eq!(w.known(DB, 0, &tx), Ok(false));
+    }
+
+    #[test]
+    fn an_answer_read_while_a_change_was_pending_goes_when_it_ends() {
+        let w = CatalogWatch::new_boxed();
+        let tx = Running::default();
+        tx.start(20);
+        w.changed(DB, 20);
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
+        // the read happens; the change commits before the answer is recorded
+        tx.end(20);
+        w.record(DB, ticket, true);
+        assert!(
+            w.known(DB, 0, &tx).is_err(),
+            "the answer was read before the change was visible"
+        );
+        // and one recorded first, then the change ends
+        tx.start(21);
+        w.changed(DB, 21);
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
+        w.record(DB, ticket, true);
+        assert_eq!(w.known(DB, 0, &tx), Ok(true));
+        tx.end(21);
+        assert!(w.known(DB, 0, &tx).is_err(), "ended: read again");
     }
 
     #[test]
     fn an_answer_read_across_a_change_is_not_recorded() {
         let w = CatalogWatch::new_boxed();
         let tx = Running::default();
-        let ticket = w.known(DB, &tx).unwrap_err();
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
         // a transaction changes the catalog after the ticket, before the answer is recorded
         tx.start(7);
         w.changed(DB, 7);
         w.record(DB, ticket, true);
         tx.end(7);
-        assert!(w.known(DB, &tx).is_err(), "the answer missed the change");
+        assert!(w.known(DB, 0, &tx).is_err(), "the answer missed the change");
     }
 
     #[test]
@@ -330,7 +387,7 @@ mod tests {
             tx.end(xid);
         }
         assert_eq!(
-            w.known(DB, &tx),
+            w.known(DB, 0, &tx),
             Err(Ticket(None)),
             "unlisted ones still run"
         );
@@ -339,14 +396,14 @@ mod tests {
             tx.end(xid);
         }
         assert_eq!(
-            w.known(DB, &tx),
+            w.known(DB, 0, &tx),
             Err(Ticket(None)),
             "an older transaction runs"
         );
         tx.end(50);
-        let ticket = w.known(DB, &tx).unwrap_err();
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
         w.record(DB, ticket, true);
-        assert_eq!(w.known(DB, &tx), Ok(true));
+        assert_eq!(w.known(DB, 0, &tx), Ok(true));
     }
 
     #[test]
@@ -354,26 +411,26 @@ mod tests {
         let w = CatalogWatch::new_boxed();
         let tx = Running::default();
         for db in 1..=DATABASES as u32 + 1 {
-            let ticket = w.known(db, &tx).unwrap_err();
+            let ticket = w.known(db, 0, &tx).unwrap_err();
             w.record(db, ticket, true);
         }
-        assert_eq!(w.known(DATABASES as u32 + 1, &tx), Ok(true));
-        assert_eq!(w.known(2, &tx), Ok(true));
-        assert!(w.known(1, &tx).is_err(), "the first recorded was replaced");
+        assert_eq!(w.known(DATABASES as u32 + 1, 0, &tx), Ok(true));
+        assert_eq!(w.known(2, 0, &tx), Ok(true));
+        assert!(w.known(1, 0, &tx).is_err(), "the first recorded was replaced");
     }
 
     #[test]
     fn a_change_in_another_database_leaves_an_answer_alone() {
         let w = CatalogWatch::new_boxed();
         let tx = Running::default();
-        let ticket = w.known(DB, &tx).unwrap_err();
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
         w.record(DB, ticket, true);
         tx.start(4);
         w.changed(DB + 1, 4);
-        assert_eq!(w.known(DB, &tx), Ok(true), "pending in another database");
+        assert_eq!(w.known(DB, 0, &tx), Ok(true), "pending in another database");
         tx.end(4);
-        assert_eq!(w.known(DB, &tx), Ok(true));
-        assert!(w.known(DB + 1, &tx).is_err());
+        assert_eq!(w.known(DB, 0, &tx), Ok(true));
+        assert!(w.known(DB + 1, 0, &tx).is_err());
     }
 
     #[test]
@@ -382,12 +439,12 @@ mod tests {
         let w = CatalogWatch::new_boxed();
         let tx = Running::default();
         tx.start(3);
-        assert_eq!(w.known(DB, &tx), Err(Ticket(None)));
+        assert_eq!(w.known(DB, 0, &tx), Err(Ticket(None)));
         tx.end(3);
-        let ticket = w.known(DB, &tx).unwrap_err();
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
         assert!(ticket.0.is_some());
         w.record(DB, ticket, true);
-        assert_eq!(w.known(DB, &tx), Ok(true));
+        assert_eq!(w.known(DB, 0, &tx), Ok(true));
     }
 
     /// Databases of the property test.
@@ -407,6 +464,9 @@ mod tests {
         },
         /// A reader of `db` inside open transaction `k`: it sees its own changes too.
         ReadIn(usize, u32),
+        /// A reader of `db` that reads less on `Ok(true)`: `known`, its snapshot `delay` steps
+        /// later, then `known` again; it keeps what it read only if that says `Ok(true)` again.
+        Use { delay: usize, db: u32 },
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -416,6 +476,7 @@ mod tests {
             (0usize..8).prop_map(Step::End),
             (0usize..3, 1..=DBS).prop_map(|(delay, db)| Step::Read { delay, db }),
             (0usize..8, 1..=DBS).prop_map(|(k, db)| Step::ReadIn(k, db)),
+            (0usize..3, 1..=DBS).prop_map(|(delay, db)| Step::Use { delay, db }),
         ]
     }
 
@@ -435,6 +496,8 @@ mod tests {
             let mut committed: Vec<u32> = Vec::new(); // databases that have one
             // readers waiting to record: (steps left, database, ticket, what they read)
             let mut readers: Vec<(usize, u32, Ticket, bool)> = Vec::new();
+            // readers that were told "none" and read less: (steps to their snapshot, database)
+            let mut users: Vec<(usize, u32)> = Vec::new();
             for (i, s) in steps.iter().enumerate() {
                 match *s {
                     Step::Begin => {
@@ -456,20 +519,36 @@ mod tests {
                     }
                     Step::ReadIn(k, db) if !open.is_empty() => {
                         let none = !committed.contains(&db) && !open[k % open.len()].1.contains(&db);
-                        match w.known(db, &tx) {
+                        match w.known(db, open[k % open.len()].0, &tx) {
                             Ok(answer) => prop_assert_eq!(answer, none, "read in its own transaction"),
                             Err(ticket) => readers.push((0, db, ticket, none)),
                         }
                     }
                     Step::Read { delay, db } => {
                         let none = !committed.contains(&db);
-                        match w.known(db, &tx) {
+                        match w.known(db, 0, &tx) {
                             Ok(answer) => prop_assert_eq!(answer, none),
                             Err(ticket) => readers.push((delay, db, ticket, none)),
                         }
                     }
+                    Step::Use { delay, db } => {
+                        if w.known(db, 0, &tx) == Ok(true) {
+                            users.push((delay, db));
+                        }
+                    }
                     _ => {}
                 }
+                for u in users.iter_mut() {
+                    if u.0 == 0 {
+                        // its snapshot, then the second question
+                        let none = !committed.contains(&u.1);
+                        if w.known(u.1, 0, &tx) == Ok(true) {
+                            prop_assert!(none, "read less, and the second question let it");
+                        }
+                    }
+                    u.0 = u.0.wrapping_sub(1);
+                }
+                users.retain(|u| u.0 != usize::MAX);
                 for r in readers.iter_mut() {
                     if r.0 == 0 {
                         w.record(r.1, r.2, r.3);

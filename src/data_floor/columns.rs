@@ -128,14 +128,25 @@ fn query(sequence: Option<pg_sys::Oid>) -> Vec<(Column, bool)> {
     let Some(sequence) = sequence else {
         return run(Query::EveryDefault, None).0;
     };
-    match crate::catalog_watch::known() {
-        Ok(true) => run(Query::NamingOnly, Some(sequence)).0,
-        Ok(false) => run(Query::EveryDefault, Some(sequence)).0,
+    let every_default = |known: Result<bool, _>| match known {
         Err(ticket) => {
             let (rows, defaults_name_none) = run(Query::EveryDefault, Some(sequence));
             crate::catalog_watch::record(ticket, !defaults_name_none);
             rows
         }
+        _ => run(Query::EveryDefault, Some(sequence)).0,
+    };
+    match crate::catalog_watch::known() {
+        Ok(true) => {
+            let rows = run(Query::NamingOnly, Some(sequence)).0;
+            // asked again after the read: a change pending elsewhere that ended before the
+            // read's snapshot was taken is visible to it, and the answer was not
+            match crate::catalog_watch::known() {
+                Ok(true) => rows,
+                again => every_default(again),
+            }
+        }
+        known => every_default(known),
     }
 }
 

@@ -10,6 +10,8 @@ above those rows: a watch that missed the change would let it start at the clock
 
 Run by tests/guarantee/run.sh."""
 
+import time
+
 import psycopg
 import pytest
 from pgcluster import Cluster
@@ -220,3 +222,47 @@ def test_evicted_sequences_come_back_above_their_ids_and_resync_reaches_them():
         assert got > newest, "an evicted sequence reads the rows loaded before shard_id_resync()"
     finally:
         c.destroy()
+
+
+def test_another_roles_open_ddl_transaction_costs_one_read_of_every_default(cluster):
+    """Issue 57: while a transaction of another role that made a temp table stays open, the first
+    ids of other sessions read what pg_depend lists against their sequence, as without it: what one
+    of them read of every default (which cannot see the open change) holds for the others until it
+    ends. Counted in rows of pg_attrdef read (300 more tables, each with its own sequence and
+    DEFAULT): 10 first ids read every default 10 times before the change, once with it."""
+    db = "watch_temp_open"
+    prepare(cluster, db)
+    with cluster.connect(db) as conn:
+        conn.execute("""DO $$BEGIN FOR i IN 1..300 LOOP
+            EXECUTE format('CREATE SEQUENCE filler_%s_seq', i);
+            EXECUTE format('CREATE TABLE filler_%s (id bigint PRIMARY KEY DEFAULT next_shard_id(%L, 4))', i, 'filler_' || i || '_seq');
+            END LOOP; END$$""")
+        for i in range(10):
+            conn.execute(f"CREATE SEQUENCE tmp_seq_{i}")
+            conn.execute(f"CREATE TABLE tmp_t_{i} (id bigint PRIMARY KEY DEFAULT next_shard_id('tmp_seq_{i}', 3))")
+        conn.execute("DROP ROLE IF EXISTS temp_holder")
+        conn.execute("CREATE ROLE temp_holder LOGIN")
+        conn.execute(f"GRANT TEMP ON DATABASE {db} TO temp_holder")
+    first_id(cluster, db, "before")  # remembers "none" after the DDL above
+
+    def attrdef_rows_read():
+        with cluster.connect(db) as conn:
+            return conn.execute("SELECT coalesce(seq_tup_read, 0) + coalesce(idx_tup_fetch, 0) FROM pg_stat_sys_tables "
+                                "WHERE relid = 'pg_attrdef'::regclass").fetchone()[0]
+
+    holder = psycopg.connect(host=cluster.dir, port=cluster.port, user="temp_holder", dbname=db, autocommit=False)
+    try:
+        holder.execute("CREATE TEMP TABLE scratch (n int)")
+        time.sleep(1)  # (the statistics of the sessions that ended before: reported at their exit)
+        before = attrdef_rows_read()
+        for i in range(10):
+            with cluster.connect(db) as conn:
+                conn.execute("SELECT pg_stat_force_next_flush()")
+                conn.execute(f"INSERT INTO tmp_t_{i} DEFAULT VALUES")
+                conn.execute("SELECT 1")  # (its statistics reported when it went idle)
+        read = attrdef_rows_read() - before
+    finally:
+        holder.rollback()
+        holder.close()
+    # every default once (the change is counted), not once per first id
+    assert 300 <= read < 3 * 300, f"{read} rows of pg_attrdef read by 10 first ids"
