@@ -317,7 +317,10 @@ mod tests {
         tx.start(10);
         w.changed(DB, 10);
         let ticket = w.known(DB, 0, &tx).unwrap_err();
-        assert!(ticket.0.is_some(), "a change: read again, and record what is read");
+        assert!(
+            ticket.0.is_some(),
+            "a change: read again, and record what is read"
+        );
         w.record(DB, ticket, true);
         assert_eq!(
             w.known(DB, 0, &tx),
@@ -332,7 +335,10 @@ mod tests {
         assert_eq!(w.known(DB, 11, &tx), Ok(true), "another transaction");
         tx.end(10);
         let ticket = w.known(DB, 0, &tx).unwrap_err();
-        assert!(ticket.0.is_some(), "ended: its change is visible, read again");
+        assert!(
+            ticket.0.is_some(),
+            "ended: its change is visible, read again"
+        );
         w.record(DB, ticket, false);
         assert_eq!(w.known(DB, 0, &tx), Ok(false));
     }
@@ -416,7 +422,10 @@ mod tests {
         }
         assert_eq!(w.known(DATABASES as u32 + 1, 0, &tx), Ok(true));
         assert_eq!(w.known(2, 0, &tx), Ok(true));
-        assert!(w.known(1, 0, &tx).is_err(), "the first recorded was replaced");
+        assert!(
+            w.known(1, 0, &tx).is_err(),
+            "the first recorded was replaced"
+        );
     }
 
     #[test]
@@ -466,7 +475,10 @@ mod tests {
         ReadIn(usize, u32),
         /// A reader of `db` that reads less on `Ok(true)`: `known`, its snapshot `delay` steps
         /// later, then `known` again; it keeps what it read only if that says `Ok(true)` again.
-        Use { delay: usize, db: u32 },
+        Use {
+            delay: usize,
+            db: u32,
+        },
     }
 
     fn step() -> impl Strategy<Value = Step> {
@@ -531,10 +543,8 @@ mod tests {
                             Err(ticket) => readers.push((delay, db, ticket, none)),
                         }
                     }
-                    Step::Use { delay, db } => {
-                        if w.known(db, 0, &tx) == Ok(true) {
-                            users.push((delay, db));
-                        }
+                    Step::Use { delay, db } if w.known(db, 0, &tx) == Ok(true) => {
+                        users.push((delay, db));
                     }
                     _ => {}
                 }
