@@ -132,22 +132,36 @@ impl Transactions for Pg {
 }
 
 /// Whether this database has no default that names no sequence, if that is known and still
-/// holds for this transaction: `Ok(true)` none, `Ok(false)` some; else how to record what the
-/// caller reads next ([`record`]). A caller that reads less on `Ok(true)` asks again after its
-/// read (`CatalogWatch::known`).
-pub fn known() -> Result<bool, Ticket> {
-    // SAFETY: backend globals and the transaction's own id (none assigned: 0), read in a
-    // transaction.
-    let (database, recovering, own) = unsafe {
-        (
-            pg_sys::MyDatabaseId,
-            pg_sys::RecoveryInProgress(),
-            pg_sys::GetTopFullTransactionIdIfAny().value,
-        )
-    };
-    match shmem::catalog_watch() {
-        Some(watch) if !recovering => watch.known(database.to_u32(), own, &Pg),
+/// holds for this transaction: `Ok((true, at))` none, `Ok((false, at))` some, `at` the watch's
+/// clock then; else how to record what the caller reads next ([`record`]). A caller that reads
+/// less on "none" asks [`unchanged_since`]`(at)` after its read.
+pub fn known() -> Result<(bool, u64), Ticket> {
+    match (shmem::catalog_watch(), watch_args()) {
+        (Some(watch), Some((database, own))) => watch.known_at(database, own, &Pg),
         _ => Err(Ticket::never()),
+    }
+}
+
+/// Whether nothing was counted in this database since `known` answered at `at` (then what the
+/// caller read after it missed no change).
+pub fn unchanged_since(at: u64) -> bool {
+    match (shmem::catalog_watch(), watch_args()) {
+        (Some(watch), Some((database, own))) => watch.unchanged_since(database, own, at, &Pg),
+        _ => false,
+    }
+}
+
+/// This database and this transaction's id (0: none assigned), when the watch may be used:
+/// not in recovery.
+fn watch_args() -> Option<(u32, u64)> {
+    // SAFETY: backend globals and the transaction's own id, read in a transaction.
+    unsafe {
+        (!pg_sys::RecoveryInProgress()).then(|| {
+            (
+                pg_sys::MyDatabaseId.to_u32(),
+                pg_sys::GetTopFullTransactionIdIfAny().value,
+            )
+        })
     }
 }
 

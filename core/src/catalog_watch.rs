@@ -88,6 +88,17 @@ struct Inner {
 }
 
 impl Inner {
+    /// Whether nothing may be trusted for `own` in `database`: a pending transaction past the
+    /// list (any database), or one of `own`'s own changes pending there (its reads see it).
+    fn trusts_nothing_for(&self, database: u32, own: u64) -> bool {
+        self.unlisted != 0
+            || (own != 0
+                && self
+                    .pending
+                    .iter()
+                    .any(|p| p.xid == own && p.database == database))
+    }
+
     fn tick(&mut self) -> u64 {
         self.clock = self.clock.wrapping_add(1);
         self.clock
@@ -193,15 +204,64 @@ impl CatalogWatch {
     /// A change pending in another transaction is not visible to the caller's read, so an answer
     /// read while it runs holds for every other transaction until it ends: its end counts as a
     /// change (found here, before any answer is given). A caller that uses `Ok(true)` to read
-    /// less asks again after its read: a transaction that ended before its snapshot was taken is
-    /// found then (issue 57: a role holding `CREATE TEMP TABLE` open made every first id read every
-    /// default).
+    /// less asks [`CatalogWatch::unchanged_since`] after its read (issue 57: a role holding
+    /// `CREATE TEMP TABLE` open made every first id read every default).
     pub fn known(
         &self,
         database: u32,
         own: u64,
         transactions: &impl Transactions,
     ) -> Result<bool, Ticket> {
+        self.known_at(database, own, transactions)
+            .map(|(none, _)| none)
+    }
+
+    /// [`CatalogWatch::known`], with the watch's clock when it answered.
+    pub fn known_at(
+        &self,
+        database: u32,
+        own: u64,
+        transactions: &impl Transactions,
+    ) -> Result<(bool, u64), Ticket> {
+        self.settle(transactions);
+        self.with(|w| {
+            if w.trusts_nothing_for(database, own) {
+                return Err(Ticket(None));
+            }
+            let entry = w.entry(database);
+            if entry.answer_at != 0 && entry.answer_at >= entry.last_change {
+                let none = entry.none;
+                return Ok((none, w.clock));
+            }
+            Err(Ticket(Some(w.tick())))
+        })
+    }
+
+    /// Whether nothing was counted in `database` since [`CatalogWatch::known_at`] answered at
+    /// `since`: no change, and no end of a pending one (found here first). Asked by a caller
+    /// that read less on that answer, after its read: then no change that its snapshot could see
+    /// was missed. (Asking only whether an answer holds again is not enough: a change that
+    /// ended before the snapshot, then another one undoing it, and a new answer recorded since,
+    /// would pass; the review of issue 57's change.)
+    pub fn unchanged_since(
+        &self,
+        database: u32,
+        own: u64,
+        since: u64,
+        transactions: &impl Transactions,
+    ) -> bool {
+        self.settle(transactions);
+        self.with(|w| {
+            !w.trusts_nothing_for(database, own)
+                && w.entries
+                    .iter()
+                    .any(|e| e.database == database && e.last_change <= since)
+        })
+    }
+
+    /// Counts the end of every pending transaction that has ended as a change of its database,
+    /// and marks the transactions prepared before the first question pending (unlisted).
+    fn settle(&self, transactions: &impl Transactions) {
         // (PostgreSQL is asked outside the lock: it takes its own locks to answer)
         if self.with(|w| w.started == 0) {
             let newest = transactions.newest_prepared();
@@ -236,19 +296,6 @@ impl CatalogWatch {
             if unlisted_ended && w.unlisted == unlisted {
                 w.unlisted = 0;
             }
-            if w.unlisted != 0
-                || (own != 0
-                    && w.pending
-                        .iter()
-                        .any(|p| p.xid == own && p.database == database))
-            {
-                return Err(Ticket(None));
-            }
-            let entry = w.entry(database);
-            if entry.answer_at != 0 && entry.answer_at >= entry.last_change {
-                return Ok(entry.none);
-            }
-            Err(Ticket(Some(w.tick())))
         })
     }
 
@@ -341,6 +388,38 @@ mod tests {
         );
         w.record(DB, ticket, false);
         assert_eq!(w.known(DB, 0, &tx), Ok(false));
+    }
+
+    #[test]
+    fn a_change_and_its_undoing_after_an_answer_are_not_missed() {
+        // (the review of issue 57's change) a reader told "none" at `at` reads less; meanwhile a
+        // default naming no sequence is added and committed before its snapshot, then taken away
+        // again and a new "none" recorded before its second question
+        let w = CatalogWatch::new_boxed();
+        let tx = Running::default();
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
+        w.record(DB, ticket, true);
+        let (none, at) = w.known_at(DB, 0, &tx).unwrap();
+        assert!(none);
+        tx.start(30);
+        w.changed(DB, 30); // adds one
+        tx.end(30); // ... and commits: the reader's snapshot sees it
+        assert!(w.known(DB, 0, &tx).is_err(), "its end is found");
+        tx.start(31);
+        w.changed(DB, 31); // takes it away
+        tx.end(31);
+        let ticket = w.known(DB, 0, &tx).unwrap_err();
+        w.record(DB, ticket, true);
+        assert_eq!(w.known(DB, 0, &tx), Ok(true), "an answer holds again");
+        assert!(
+            !w.unchanged_since(DB, 0, at, &tx),
+            "but the reader's snapshot saw the default: it must read every default"
+        );
+        let (_, now) = w.known_at(DB, 0, &tx).unwrap();
+        assert!(
+            w.unchanged_since(DB, 0, now, &tx),
+            "nothing since the new answer"
+        );
     }
 
     #[test]
@@ -473,10 +552,12 @@ mod tests {
         },
         /// A reader of `db` inside open transaction `k`: it sees its own changes too.
         ReadIn(usize, u32),
-        /// A reader of `db` that reads less on `Ok(true)`: `known`, its snapshot `delay` steps
-        /// later, then `known` again; it keeps what it read only if that says `Ok(true)` again.
+        /// A reader of `db` that reads less on `Ok(true)`: `known_at`, its snapshot `delay`
+        /// steps later, then `check` steps after that `unchanged_since`; it keeps what it read
+        /// only if that says so.
         Use {
             delay: usize,
+            check: usize,
             db: u32,
         },
     }
@@ -488,28 +569,38 @@ mod tests {
             (0usize..8).prop_map(Step::End),
             (0usize..3, 1..=DBS).prop_map(|(delay, db)| Step::Read { delay, db }),
             (0usize..8, 1..=DBS).prop_map(|(k, db)| Step::ReadIn(k, db)),
-            (0usize..3, 1..=DBS).prop_map(|(delay, db)| Step::Use { delay, db }),
+            (0usize..6, 0usize..8, 1..=DBS).prop_map(|(delay, check, db)| Step::Use {
+                delay,
+                check,
+                db
+            }),
         ]
     }
 
     proptest! {
         /// The promise: whenever the watch answers for a database, the answer is what the
         /// reader's catalog of that database says: the committed one, and its own transaction's
-        /// changes. The catalog here is whether a transaction added a default that names no
-        /// sequence; each change may add one (the watch cannot tell which do).
+        /// changes; and a reader that read less on `Ok(true)` and then found nothing changed
+        /// since ([`CatalogWatch::unchanged_since`]) read a catalog with no such default. The
+        /// catalog here is how many defaults of a database name no sequence; each change may add
+        /// one, take one away, or neither (the watch cannot tell which).
         #[test]
         fn an_answer_given_is_the_committed_catalogs(steps in prop::collection::vec(step(), 1..200),
-                                                       adds in prop::collection::vec(any::<bool>(), 200)) {
+                                                       kinds in prop::collection::vec(0u8..3, 200)) {
             let w = CatalogWatch::new_boxed();
             let tx = Running::default();
             let mut next_xid = 1u64;
-            // (xid, the databases it added one to)
-            let mut open: Vec<(u64, Vec<u32>)> = Vec::new();
-            let mut committed: Vec<u32> = Vec::new(); // databases that have one
+            // (xid, what it added (+1) or took away (-1), by database)
+            let mut open: Vec<(u64, Vec<(u32, i32)>)> = Vec::new();
+            let mut committed: Vec<(u32, i32)> = Vec::new();
+            let count = |changes: &[(u32, i32)], db: u32| -> i32 {
+                changes.iter().filter(|c| c.0 == db).map(|c| c.1).sum()
+            };
             // readers waiting to record: (steps left, database, ticket, what they read)
             let mut readers: Vec<(usize, u32, Ticket, bool)> = Vec::new();
-            // readers that were told "none" and read less: (steps to their snapshot, database)
-            let mut users: Vec<(usize, u32)> = Vec::new();
+            // readers that were told "none" and read less: (steps to their snapshot, then to
+            // their second question, database, the clock of the answer, what the snapshot had)
+            let mut users: Vec<(usize, usize, u32, u64, Option<bool>)> = Vec::new();
             for (i, s) in steps.iter().enumerate() {
                 match *s {
                     Step::Begin => {
@@ -520,45 +611,61 @@ mod tests {
                     Step::Change(k, db) if !open.is_empty() => {
                         let k = k % open.len();
                         w.changed(db, open[k].0);
-                        if adds[i] {
-                            open[k].1.push(db);
+                        let seen = count(&committed, db) + count(&open[k].1, db);
+                        match kinds[i] {
+                            1 => open[k].1.push((db, 1)),
+                            2 if seen > 0 => open[k].1.push((db, -1)),
+                            _ => {}
                         }
                     }
                     Step::End(k) if !open.is_empty() => {
-                        let (xid, added) = open.remove(k % open.len());
-                        committed.extend(added);
+                        let (xid, changes) = open.remove(k % open.len());
+                        for (db, d) in changes {
+                            // (two transactions taking the same one away: the second finds none)
+                            if d > 0 || count(&committed, db) > 0 {
+                                committed.push((db, d));
+                            }
+                        }
                         tx.end(xid);
                     }
                     Step::ReadIn(k, db) if !open.is_empty() => {
-                        let none = !committed.contains(&db) && !open[k % open.len()].1.contains(&db);
-                        match w.known(db, open[k % open.len()].0, &tx) {
+                        let k = k % open.len();
+                        let none = count(&committed, db) + count(&open[k].1, db) <= 0;
+                        match w.known(db, open[k].0, &tx) {
                             Ok(answer) => prop_assert_eq!(answer, none, "read in its own transaction"),
                             Err(ticket) => readers.push((0, db, ticket, none)),
                         }
                     }
                     Step::Read { delay, db } => {
-                        let none = !committed.contains(&db);
+                        let none = count(&committed, db) <= 0;
                         match w.known(db, 0, &tx) {
                             Ok(answer) => prop_assert_eq!(answer, none),
                             Err(ticket) => readers.push((delay, db, ticket, none)),
                         }
                     }
-                    Step::Use { delay, db } if w.known(db, 0, &tx) == Ok(true) => {
-                        users.push((delay, db));
+                    Step::Use { delay, check, db } => {
+                        if let Ok((true, at)) = w.known_at(db, 0, &tx) {
+                            users.push((delay, check, db, at, None));
+                        }
                     }
                     _ => {}
                 }
                 for u in users.iter_mut() {
-                    if u.0 == 0 {
-                        // its snapshot, then the second question
-                        let none = !committed.contains(&u.1);
-                        if w.known(u.1, 0, &tx) == Ok(true) {
-                            prop_assert!(none, "read less, and the second question let it");
-                        }
+                    if u.0 == 0 && u.4.is_none() {
+                        u.4 = Some(count(&committed, u.2) <= 0); // its snapshot
                     }
-                    u.0 = u.0.wrapping_sub(1);
+                    if u.0 == 0 && u.1 == 0 {
+                        if w.unchanged_since(u.2, 0, u.3, &tx) {
+                            prop_assert_eq!(u.4, Some(true), "read less, and the second question let it");
+                        }
+                        u.1 = usize::MAX;
+                    } else if u.0 == 0 {
+                        u.1 -= 1;
+                    } else {
+                        u.0 -= 1;
+                    }
                 }
-                users.retain(|u| u.0 != usize::MAX);
+                users.retain(|u| u.1 != usize::MAX);
                 for r in readers.iter_mut() {
                     if r.0 == 0 {
                         w.record(r.1, r.2, r.3);

@@ -4,6 +4,7 @@
 //! sequence its cost does not grow with the database (issue 51), unless the database has defaults
 //! that name no sequence: see [`query`].
 
+use pg_shard_id_core::catalog_watch::Ticket;
 use pgrx::prelude::*;
 use std::ffi::CString;
 
@@ -128,25 +129,27 @@ fn query(sequence: Option<pg_sys::Oid>) -> Vec<(Column, bool)> {
     let Some(sequence) = sequence else {
         return run(Query::EveryDefault, None).0;
     };
-    let every_default = |known: Result<bool, _>| match known {
-        Err(ticket) => {
-            let (rows, defaults_name_none) = run(Query::EveryDefault, Some(sequence));
+    // every default, recording what it says when the watch gave a ticket for it
+    let every_default = |ticket: Option<Ticket>| {
+        let (rows, defaults_name_none) = run(Query::EveryDefault, Some(sequence));
+        if let Some(ticket) = ticket {
             crate::catalog_watch::record(ticket, !defaults_name_none);
-            rows
         }
-        _ => run(Query::EveryDefault, Some(sequence)).0,
+        rows
     };
     match crate::catalog_watch::known() {
-        Ok(true) => {
+        Ok((true, at)) => {
             let rows = run(Query::NamingOnly, Some(sequence)).0;
-            // asked again after the read: a change pending elsewhere that ended before the
-            // read's snapshot was taken is visible to it, and the answer was not
-            match crate::catalog_watch::known() {
-                Ok(true) => rows,
-                again => every_default(again),
+            // asked again after the read: a change counted since the answer (one that ended
+            // before the read's snapshot was taken among them) may be in what it read
+            if crate::catalog_watch::unchanged_since(at) {
+                rows
+            } else {
+                every_default(None)
             }
         }
-        known => every_default(known),
+        Ok((false, _)) => every_default(None),
+        Err(ticket) => every_default(Some(ticket)),
     }
 }
 
