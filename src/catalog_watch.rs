@@ -90,6 +90,13 @@ unsafe extern "C-unwind" fn object_access(
         }
     };
     watch.changed(database.to_u32(), xid.value);
+    // A database created, altered or dropped is changed itself (the hook runs in the database
+    // of the session that runs the command): what was remembered of a dropped database must not
+    // hold for one that gets its oid again (`CREATE DATABASE ... OID`, or the counter wrapping;
+    // the review of issue 57's change).
+    if class == pg_sys::DatabaseRelationId && object != database {
+        watch.changed(object.to_u32(), xid.value);
+    }
 }
 
 /// Transactions as PostgreSQL's process array sees them.

@@ -266,3 +266,30 @@ def test_another_roles_open_ddl_transaction_costs_one_read_of_every_default(clus
         holder.close()
     # every default once (the change is counted), not once per first id
     assert 300 <= read < 3 * 300, f"{read} rows of pg_attrdef read by 10 first ids"
+
+
+def test_a_database_made_again_under_a_dropped_ones_oid_is_read_afresh(cluster):
+    """What the watch remembered of a database must not hold for another one that later gets its
+    oid (CREATE DATABASE ... OID, or the oid counter wrapping): the hook of CREATE and DROP
+    DATABASE runs in the session's own database. The first database is remembered to have no
+    DEFAULT that names no sequence; it is dropped, and a database made from a template that has
+    one, with rows 5 minutes ahead, gets its oid: its first id must start above those rows."""
+    oid = 3_999_001
+    for db in ("watch_oid_a", "watch_oid_b", "watch_oid_tmpl"):
+        cluster.sql(f"DROP DATABASE IF EXISTS {db} WITH (FORCE)")
+    cluster.sql(f"CREATE DATABASE watch_oid_a OID = {oid}")
+    with cluster.connect("watch_oid_a") as conn:
+        conn.execute("SET client_min_messages = warning")
+        conn.execute("CREATE EXTENSION pg_shard_id")
+        conn.execute("CREATE SEQUENCE before")
+        conn.execute("CREATE TABLE t_before (id bigint PRIMARY KEY DEFAULT next_shard_id('before', 2))")
+    first_id(cluster, "watch_oid_a", "before")  # remembers "none" for the oid
+    # the template: one column whose DEFAULT names no sequence, holding rows 5 minutes ahead
+    prepare(cluster, "watch_oid_tmpl")
+    with cluster.connect("watch_oid_tmpl") as conn:
+        conn.execute(f"CREATE TABLE late (id bigint PRIMARY KEY DEFAULT {LATE})")
+        newest = rows_ahead(conn, "late")
+    cluster.sql("DROP DATABASE watch_oid_a")
+    cluster.sql(f"CREATE DATABASE watch_oid_b OID = {oid} TEMPLATE watch_oid_tmpl")
+    got = first_id(cluster, "watch_oid_b", "after")
+    assert got > newest, f"the first id {got} is below the rows 5 minutes ahead ({newest})"
