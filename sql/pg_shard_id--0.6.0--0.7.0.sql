@@ -186,6 +186,19 @@ LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_tem
                  || '_' || left(md5(base), 8) || suffix)::name END
 $$;
 
+-- The names of the BEFORE INSERT and BEFORE UPDATE triggers that give a referencing column's
+-- rows their new reference. PostgreSQL fires the BEFORE ROW triggers of a table in the byte order
+-- of their names; these begin with '~', which sorts after every ASCII character, so that they run
+-- after the user's triggers and read the reference those left: a user's trigger that set or
+-- changed it after them (trg_..., update_...) left the new column naming the old parent, or NULL
+-- and the writer failed the finish's CHECK (the twenty-eighth review). A user's BEFORE ROW
+-- trigger whose name sorts after them anyway is refused (_pg_shard_id.late_firing_triggers).
+CREATE FUNCTION _pg_shard_id.reference_trigger(fk_new_column name, on_update boolean) RETURNS name
+LANGUAGE sql IMMUTABLE STRICT PARALLEL SAFE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN on_update THEN _pg_shard_id.derived_name('~shard_id_convert_' || fk_new_column, '_update')
+                ELSE _pg_shard_id.derived_name('~shard_id_convert_', fk_new_column) END
+$$;
+
 -- The key a conversion replaces: the one column of the table's primary key (of a partitioned
 -- table: the one that is not in the partition key, which its primary key must hold). 55000
 -- otherwise.
@@ -958,6 +971,18 @@ BEGIN
                     format('%s depends on constraint %I on %s (a view that groups by the key relies on it being unique), which the swap drops and makes again: drop it, convert, create it again', x.what, x.conname, x.rel), false);
     END LOOP;
 
+    -- made after the prepare, reading both a column that moves and a new column: its definition
+    -- names a column the swap renames away
+    FOR x IN SELECT * FROM _pg_shard_id.new_column_readers(tbl, key_column, new_column, true) LOOP
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'reads an old column and a new one', x.what, 'refuse', NULL, NULL,
+                    format('made after the prepare, it reads both a column the swap moves and the new column that takes its place (%I for the key): the swap makes every reader of an old column read the new one under the old name, from its definition, which names the new one by a name gone by then; drop it (or make it read one of them), finish, create it again', new_column), false);
+    END LOOP;
+    -- a user's trigger that would fire after the conversion's reference triggers
+    FOR x IN SELECT * FROM _pg_shard_id.late_firing_triggers(tbl, key_column, new_column) LOOP
+        steps := steps || _pg_shard_id.step(0, 'prepare', 'trigger that fires after the conversion''s', format('trigger %I on %s', x.tgname, x.rel), 'refuse', NULL, NULL,
+                    format('PostgreSQL fires a table''s BEFORE ROW triggers in the byte order of their names, and this one''s sorts after %I, the conversion''s, which gives each row the new id of the row its reference names: a reference it set or changed would not reach the new column. Rename it to a name that sorts before (any that begins with an ASCII character does), or drop it', x.ours), false);
+    END LOOP;
+
     -- ---- every object PostgreSQL records as depending on a column that moves ----
     FOR d IN SELECT DISTINCT ON (dep.classid, dep.objid, dep.objsubid) dep.classid, dep.objid, dep.objsubid, dep.deptype,
                     cc.rel, cc.role, cc.old_column, cc.old_attnum, format_type(a.atttypid, a.atttypmod) AS old_type,
@@ -1504,21 +1529,27 @@ BEGIN
     FOR c IN SELECT DISTINCT ON (ref.rel, ref.fk_column) ref.*,
                     (SELECT format_type(atttypid, atttypmod) FROM pg_attribute WHERE attrelid = tbl AND attname = key_column) AS key_type
                FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref ORDER BY ref.rel, ref.fk_column LOOP
-        trigger_name := _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column);
+        trigger_name := _pg_shard_id.reference_trigger(c.fk_new_column, false);
         made := made || (SELECT jsonb_agg(jsonb_build_object('kind', k, 'scope', t::oid, 'name', n))
                            FROM _pg_shard_id.tree(c.rel) t,
-                                (VALUES ('column', c.fk_new_column), ('trigger', trigger_name), ('trigger', _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_update')),
-                                        ('constraint', trigger_name), ('constraint', _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_not_null'))) v(k, n));
+                                (VALUES ('column', c.fk_new_column), ('trigger', trigger_name), ('trigger', _pg_shard_id.reference_trigger(c.fk_new_column, true)),
+                                        ('constraint', _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column)),
+                                        ('constraint', _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_not_null'))) v(k, n));
         steps := steps || _pg_shard_id.step(110, 'prepare', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_column), 'add',
                                             format('ACCESS EXCLUSIVE on %s, catalog only (no rewrite)', c.rel),
                                             format('ALTER TABLE %s ADD COLUMN %I bigint;', c.rel, c.fk_new_column)
-                                            || format(' CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW WHEN (NEW.%I IS NOT NULL AND NEW.%I IS NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L); ALTER TABLE %s ENABLE ALWAYS TRIGGER %I;',
+                                            -- (a row that comes with the new column set, INSERT ... SELECT * from another
+                                            -- row, or an UPDATE that sets it, gets it again from its reference: it may name
+                                            -- another parent, or one a user's trigger changed: the twenty-eighth review. The
+                                            -- batches' UPDATEs set it only where it is NULL, and stay silent)
+                                            || format(' CREATE TRIGGER %I BEFORE INSERT ON %s FOR EACH ROW WHEN (NEW.%I IS NOT NULL OR NEW.%I IS NOT NULL) EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L); ALTER TABLE %s ENABLE ALWAYS TRIGGER %I;',
                                                       trigger_name, c.rel, c.fk_column, c.fk_new_column, c.fk_column, c.fk_new_column, tbl::oid, key_column, c.key_type, new_column,
                                                       c.rel, trigger_name)
-                                            || format(' CREATE TRIGGER %I BEFORE UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS DISTINCT FROM OLD.%I OR (NEW.%I IS NOT NULL AND NEW.%I IS NULL)) EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L); ALTER TABLE %s ENABLE ALWAYS TRIGGER %I;',
-                                                      _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_update'), c.rel, c.fk_column, c.fk_column,
-                                                      c.fk_column, c.fk_new_column, c.fk_column, c.fk_new_column, tbl::oid, key_column, c.key_type, new_column,
-                                                      c.rel, _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_update')),
+                                            || format(' CREATE TRIGGER %I BEFORE UPDATE ON %s FOR EACH ROW WHEN (NEW.%I IS DISTINCT FROM OLD.%I OR (NEW.%I IS NOT NULL AND NEW.%I IS NULL) OR (OLD.%I IS NOT NULL AND NEW.%I IS DISTINCT FROM OLD.%I)) EXECUTE FUNCTION _pg_shard_id.conversion_fill_reference(%L, %L, %L, %L, %L, %L); ALTER TABLE %s ENABLE ALWAYS TRIGGER %I;',
+                                                      _pg_shard_id.reference_trigger(c.fk_new_column, true), c.rel, c.fk_column, c.fk_column,
+                                                      c.fk_column, c.fk_new_column, c.fk_new_column, c.fk_new_column, c.fk_new_column,
+                                                      c.fk_column, c.fk_new_column, tbl::oid, key_column, c.key_type, new_column,
+                                                      c.rel, _pg_shard_id.reference_trigger(c.fk_new_column, true)),
                                             'the new referencing column; rows written from now on get the new id of the row they reference', prepared);
     END LOOP;
     -- the indexes: a lookup index on each new referencing column, unless a twin of an index of
@@ -1561,7 +1592,7 @@ BEGIN
                                         finished OR EXISTS (SELECT FROM pg_constraint WHERE conrelid = tbl AND conname = new_check AND convalidated));
     FOR c IN SELECT DISTINCT ON (ref.rel, ref.fk_column) ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref
               ORDER BY ref.rel, ref.fk_column LOOP
-        trigger_name := _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column);  -- (also its CHECK's name)
+        trigger_name := _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column);  -- (its CHECK's name: the insert trigger's until the twenty-eighth review)
         steps := steps || _pg_shard_id.step(500, 'finish', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_new_column), 'build',
                                             format('ACCESS EXCLUSIVE on %s, catalog only', c.rel),
                                             format('ALTER TABLE %s ADD CONSTRAINT %I CHECK (%I IS NULL OR %I IS NOT NULL) NOT VALID', c.rel, trigger_name, c.fk_column, c.fk_new_column)
@@ -1605,8 +1636,8 @@ BEGIN
     FOR c IN SELECT DISTINCT ON (ref.rel, ref.fk_column) ref.* FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) ref
               ORDER BY ref.rel, ref.fk_column LOOP
         steps := steps || _pg_shard_id.step(605, 'swap', 'foreign key to the key', format('column %s.%I', c.rel, c.fk_column), 'drop', NULL,
-                                            format('DROP TRIGGER %I ON %s; DROP TRIGGER %I ON %s', _pg_shard_id.derived_name('shard_id_convert_', c.fk_new_column), c.rel,
-                                                   _pg_shard_id.derived_name('shard_id_convert_' || c.fk_new_column, '_update'), c.rel),
+                                            format('DROP TRIGGER %I ON %s; DROP TRIGGER %I ON %s', _pg_shard_id.reference_trigger(c.fk_new_column, false), c.rel,
+                                                   _pg_shard_id.reference_trigger(c.fk_new_column, true), c.rel),
                                             'the conversion''s triggers', finished);
         IF c.not_null THEN
             steps := steps || _pg_shard_id.step(620, 'swap', 'not-null constraint', format('column %s.%I', c.rel, c.fk_new_column), 'build', NULL,
@@ -2019,6 +2050,67 @@ LANGUAGE sql STABLE STRICT PARALLEL UNSAFE ROWS 2 SET search_path = pg_catalog, 
     ) q ORDER BY k, statement
 $$;
 
+-- The user's BEFORE ROW triggers on a table that references the key of tbl (or on one of its
+-- partitions) that PostgreSQL fires after the conversion's trigger of the same event, which gives
+-- each row the new id of the row its reference names (their names sort after its, byte by byte:
+-- _pg_shard_id.reference_trigger): a reference such a trigger set or changed would not reach the
+-- new column, which would name the old parent after the swap, or stay NULL and fail the writer at
+-- the finish's CHECK (the twenty-eighth review). A disabled one fires for no one (enabled again,
+-- the next step refuses it, and the finish's repair mends what it wrote meanwhile).
+CREATE FUNCTION _pg_shard_id.late_firing_triggers(tbl regclass, key_column name, new_column name)
+RETURNS TABLE (rel regclass, tgname name, ours name)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 1 SET search_path = pg_catalog, pg_temp AS $$
+    SELECT DISTINCT ON (t.tgrelid, t.tgname) t.tgrelid::regclass, t.tgname, v.ours
+      FROM (SELECT DISTINCT rr.rel, rr.fk_new_column FROM _pg_shard_id.conversion_references(tbl, key_column, new_column) rr) r
+           CROSS JOIN LATERAL _pg_shard_id.tree(r.rel) k
+           CROSS JOIN LATERAL (VALUES (4, _pg_shard_id.reference_trigger(r.fk_new_column, false)),     -- INSERT
+                                      (16, _pg_shard_id.reference_trigger(r.fk_new_column, true))) v(event, ours)  -- UPDATE
+           JOIN pg_trigger t ON t.tgrelid = k AND t.tgname OPERATOR(pg_catalog.>) v.ours
+     WHERE NOT t.tgisinternal AND t.tgtype::integer & 3 = 3 AND t.tgtype::integer & v.event <> 0  -- BEFORE, ROW, the event
+       AND t.tgenabled <> 'D'
+       AND t.tgfoid NOT IN ('_pg_shard_id.conversion_fill_row()'::regprocedure, '_pg_shard_id.conversion_fill_reference()'::regprocedure,
+                            '_pg_shard_id.conversion_note_deleted()'::regprocedure)
+     ORDER BY t.tgrelid, t.tgname, v.event  -- (one that fires on both events: once, after the first)
+$$;
+
+-- What was made after the prepare of tbl's conversion that reads one of its new columns, not the
+-- conversion's own objects nor a partition's copy of another's. With also_old, only those that
+-- read a column the swap moves too (a view of id and shard_id): the swap makes every reader of an
+-- old column read its new one, under the old name, from its definition, where the new column's
+-- name is gone by then, and the finish failed (42703: the twenty-eighth review). Without, those
+-- whose dependency stops DROP COLUMN (abandoning failed, 2BP01); PostgreSQL drops the others
+-- (an index, a CHECK) with the column.
+CREATE FUNCTION _pg_shard_id.new_column_readers(tbl regclass, key_column name, new_column name, also_old boolean)
+RETURNS TABLE (what text)
+LANGUAGE sql STABLE STRICT PARALLEL SAFE ROWS 1 SET search_path = pg_catalog, pg_temp AS $$
+    WITH cc AS MATERIALIZED (
+        SELECT c.* FROM _pg_shard_id.conversion_columns(tbl, key_column, new_column) c WHERE c.new_attnum IS NOT NULL
+    ), readers AS (
+        SELECT DISTINCT dep.classid, dep.objid
+          FROM cc JOIN pg_depend dep ON dep.refclassid = 'pg_class'::regclass AND dep.refobjid = cc.rel AND dep.refobjsubid = cc.new_attnum
+         WHERE dep.deptype = 'n' OR (also_old AND dep.deptype = 'a')
+    )
+    SELECT coalesce((SELECT format('%s %s', CASE k.relkind WHEN 'm' THEN 'materialized view' ELSE 'view' END, w.ev_class::regclass)
+                       FROM pg_rewrite w JOIN pg_class k ON k.oid = w.ev_class
+                      WHERE r.classid = 'pg_rewrite'::regclass AND w.oid = r.objid AND w.rulename = '_RETURN'),
+                    pg_describe_object(r.classid, r.objid, 0))
+      FROM readers r
+     WHERE (NOT also_old OR EXISTS (SELECT FROM cc JOIN pg_depend d ON d.refclassid = 'pg_class'::regclass AND d.refobjid = cc.rel
+                                                                    AND d.refobjsubid = cc.old_attnum
+                                     WHERE d.classid = r.classid AND d.objid = r.objid))
+       AND NOT EXISTS (SELECT FROM pg_trigger t WHERE r.classid = 'pg_trigger'::regclass AND t.oid = r.objid
+                          AND (t.tgparentid <> 0 OR t.tgfoid IN ('_pg_shard_id.conversion_fill_row()'::regprocedure,
+                                                                 '_pg_shard_id.conversion_fill_reference()'::regprocedure,
+                                                                 '_pg_shard_id.conversion_note_deleted()'::regprocedure)))
+       AND NOT EXISTS (SELECT FROM pg_constraint k WHERE r.classid = 'pg_constraint'::regclass AND k.oid = r.objid
+                          AND (k.conparentid <> 0 OR (k.contype = 'c' AND NOT k.conislocal)
+                               OR _pg_shard_id.own_constraint(k.oid, tbl, key_column, new_column)))
+       AND NOT EXISTS (SELECT FROM pg_attrdef a JOIN cc ON cc.rel = a.adrelid AND cc.new_attnum = a.adnum
+                        WHERE r.classid = 'pg_attrdef'::regclass AND a.oid = r.objid)
+       AND NOT EXISTS (SELECT FROM pg_inherits i WHERE r.classid = 'pg_class'::regclass AND i.inhrelid = r.objid)
+     ORDER BY 1
+$$;
+
 -- 55000 when a column the conversion of tbl names was renamed after its prepare (above), or a
 -- foreign key to its key was added after it (its new referencing column, triggers and index were
 -- never made: the index step asked for an index on a column that did not exist: the tenth
@@ -2072,6 +2164,17 @@ BEGIN
                   DETAIL = array_to_string(late, E'\n'),
                   HINT = 'Drop it (ALTER TABLE ... DROP CONSTRAINT), finish the conversion, then add it again: it then references the new key. Or abandon the conversion and prepare it again. Nothing was changed.';
     END IF;
+    -- a user's trigger that fires after the conversion's reference triggers, made after the
+    -- prepare (or renamed since): checked at every step, the batches too
+    late := ARRAY(SELECT format('trigger %I on %s fires after %I', l.tgname, l.rel, l.ours)
+                    FROM _pg_shard_id.conversions c, _pg_shard_id.late_firing_triggers(tbl, c.key_column, c.new_column) l
+                   WHERE c.relid = tbl AND c.phase <> 'finished');
+    IF cardinality(late) > 0 THEN
+        RAISE EXCEPTION 'pg_shard_id: a trigger on a table that references the key of % fires after the conversion''s', tbl
+            USING ERRCODE = '55000',
+                  DETAIL = array_to_string(late, E'\n') || E'\nPostgreSQL fires a table''s BEFORE ROW triggers in the byte order of their names; the conversion''s gives each row the new id of the row its reference names, and a reference changed after it would not reach the new column.',
+                  HINT = 'Rename it to a name that sorts before the conversion''s (any name that begins with an ASCII character does), or drop it, then call this again: nothing was changed, and the finish makes every reference agree with its parent before the swap (what was written meanwhile).';
+    END IF;
     -- the conversion's triggers under the names it gave them (the swap drops them by name: one
     -- renamed after the prepare made every finish fail, "trigger ... does not exist", the
     -- twenty-second review), and ENABLE ALWAYS on the table and on every partition (one disabled,
@@ -2095,8 +2198,8 @@ BEGIN
             UNION
             SELECT r.rel, v.n, '_pg_shard_id.conversion_fill_reference()'::regprocedure::oid, v.tgtype, r.fk_column::text
               FROM c, _pg_shard_id.conversion_references(tbl, c.key_column, c.new_column) r,
-                   LATERAL (VALUES (_pg_shard_id.derived_name('shard_id_convert_', r.fk_new_column), 7),  -- BEFORE INSERT
-                                   (_pg_shard_id.derived_name('shard_id_convert_' || r.fk_new_column, '_update'), 19)) v(n, tgtype)  -- BEFORE UPDATE
+                   LATERAL (VALUES (_pg_shard_id.reference_trigger(r.fk_new_column, false), 7),  -- BEFORE INSERT
+                                   (_pg_shard_id.reference_trigger(r.fk_new_column, true), 19)) v(n, tgtype)  -- BEFORE UPDATE
         ),
         off AS MATERIALIZED (  -- the conversion's triggers not ENABLE ALWAYS, on any table: one scan of pg_trigger
                   -- (usually no row; tree() per trigger cost 20 ms at 3,000 partitions, at every
@@ -2177,7 +2280,7 @@ BEGIN
                         tbl, cardinality(refusals), CASE WHEN cardinality(refusals) > 1 THEN 's' ELSE '' END
             USING ERRCODE = '0A000',
                   DETAIL = (SELECT string_agg(format('%s (%s): %s%s', r.object, r.kind, r.detail,
-                                                     coalesce(format(' [%s]', r.statement), '')), E'\n' ORDER BY r.ord)
+                                                     CASE WHEN r.statement IS NOT NULL THEN format(' [%s]', r.statement) ELSE '' END), E'\n' ORDER BY r.ord)
                               FROM unnest(refusals) r),
                   HINT = CASE WHEN EXISTS (SELECT FROM unnest(refusals) r WHERE r.kind = 'user trigger or rule fired by the batches')
                               THEN 'The batches run with session_replication_role = replica so that triggers and rules do not fire: a superuser may convert, or GRANT SET ON PARAMETER session_replication_role TO the owner; or pass fire_triggers => true to fire them for every row. '
@@ -2354,6 +2457,11 @@ BEGIN
     -- an index of the whole row made since the prepare: DROP COLUMN keeps it, built over rows
     -- that had the new column, and index scans would miss rows (the sixteenth review)
     PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i WHERE i.kind = 'index of the whole row'));
+    -- what was made since that reads a new column (a view): DROP COLUMN would refuse it, 2BP01
+    -- (the twenty-eighth review); named here, nothing changed
+    PERFORM _pg_shard_id.refuse(tbl, ARRAY(SELECT _pg_shard_id.step(0, 'abandon', 'reads a new column', n.what, 'refuse', NULL, NULL,
+                                                                    'made after the prepare, it reads a column abandoning drops: drop it (or make it read none of them), abandon, create it again', false)
+                                             FROM _pg_shard_id.new_column_readers(tbl, state.key_column, state.new_column, false) n));
     -- what the prepare made for a foreign key dropped since, found by its triggers: before the
     -- loop below drops the triggers of every table that still references the key (a table that
     -- keeps another foreign key kept the dropped one's column and CHECKs: the twentieth review)
@@ -2562,8 +2670,14 @@ BEGIN
                                              state.key_column, r.fk_column, state.new_column, r.fk_new_column, r.fk_new_column, state.new_column,
                                              r.fk_new_column, tbl::oid),
                                  NULL, NULL, caller_path);
+        -- (and a reference cleared after the conversion's trigger gave its new one: a user's
+        -- trigger that fired after it, the twenty-eighth review; refused at every step, and
+        -- mended here for what it wrote before)
+        done := done + _pg_shard_id.run(tbl, format('UPDATE %s c SET %I = NULL WHERE c.%I IS NULL AND c.%I IS NOT NULL',
+                                                    _pg_shard_id.qualified(r.rel), r.fk_new_column, r.fk_column, r.fk_new_column),
+                                        NULL, NULL, caller_path);
         IF done > 0 THEN
-            RAISE NOTICE 'pg_shard_id: % rows of %.% referenced another row than their parent''s (written while a trigger of the conversion was off): repaired', done, r.rel, r.fk_column;
+            RAISE NOTICE 'pg_shard_id: % rows of %.% referenced another row than their parent''s (written while a trigger of the conversion was off, or before a trigger that fired after it): repaired', done, r.rel, r.fk_column;
         END IF;
         repaired := repaired + done;
     END LOOP;

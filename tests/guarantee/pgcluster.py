@@ -138,3 +138,20 @@ def wait_for(predicate, timeout=10.0, step=0.02):
             return True
         time.sleep(step)
     return False
+
+
+def vacuum_until_nothing_dead(conn, table, timeout=20.0):
+    """VACUUM `table` until it reports no dead row left (pg_stat_user_tables.n_dead_tup, which
+    VACUUM sets to what it could not remove). A plain VACUUM may leave a dead row behind: a page
+    whose cleanup lock another process holds for a moment (the checkpointer writing it) is only
+    read, and a snapshot older than the delete keeps the row. A test that needs the row gone asks
+    again instead of failing at random; one that never gets there fails here, saying why."""
+    def clean():
+        conn.execute(f"VACUUM {table}")
+        conn.execute("SELECT pg_stat_clear_snapshot()")
+        return conn.execute("SELECT n_dead_tup FROM pg_stat_user_tables WHERE relid = %s::regclass",
+                            (table,)).fetchone()[0] == 0
+    if not wait_for(clean, timeout=timeout, step=0.5):
+        horizon = conn.execute("SELECT string_agg(format('%s %s %s', pid, backend_type, backend_xmin), '; ') "
+                               "  FROM pg_stat_activity WHERE backend_xmin IS NOT NULL").fetchone()[0]
+        raise AssertionError(f"VACUUM {table} left dead rows for {timeout} s; snapshots held: {horizon}")

@@ -1371,7 +1371,7 @@ CONVERSION_TRIGGERS = {
     # the conversion's trigger: (table, name)
     "fill": ("purchases", "shard_id_convert_shard_id"),
     "rekeyed": ("purchases", "shard_id_convert_shard_id_rekeyed"),
-    "reference": ("purchase_lines", "shard_id_convert_purchase_id_shard_id"),
+    "reference": ("purchase_lines", '"~shard_id_convert_purchase_id_shard_id"'),
 }
 
 
@@ -1440,20 +1440,20 @@ def test_a_trigger_of_the_conversion_disabled_after_the_prepare_stops_every_step
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
             conn.execute("CALL shard_id_convert('purchases', 700)")
         detail = refused.value.diag.message_detail
-        assert ("trigger shard_id_convert_purchase_id_shard_id on public.purchase_lines: "
+        assert ("trigger \"~shard_id_convert_purchase_id_shard_id\" on public.purchase_lines: "
                 "not ENABLE ALWAYS (writers as replica skip it) on public.purchase_lines") in detail, detail
-        conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id, "
-                     "ENABLE REPLICA TRIGGER shard_id_convert_purchase_id_shard_id_update")
+        conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER \"~shard_id_convert_purchase_id_shard_id\", "
+                     "ENABLE REPLICA TRIGGER \"~shard_id_convert_purchase_id_shard_id_update\"")
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
             conn.execute("CALL shard_id_convert('purchases', 700)")
-        assert "_update on public.purchase_lines: ENABLE REPLICA (ordinary writers skip it)" in refused.value.diag.message_detail
-        conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id_update")
+        assert "_update\" on public.purchase_lines: ENABLE REPLICA (ordinary writers skip it)" in refused.value.diag.message_detail
+        conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER \"~shard_id_convert_purchase_id_shard_id_update\"")
         build_twins(conn)
         conn.execute("CALL shard_id_convert('purchases', 700)")
         # off and on again between two steps, a writer in between
-        conn.execute("ALTER TABLE purchase_lines DISABLE TRIGGER shard_id_convert_purchase_id_shard_id_update")
+        conn.execute("ALTER TABLE purchase_lines DISABLE TRIGGER \"~shard_id_convert_purchase_id_shard_id_update\"")
         conn.execute("UPDATE purchase_lines SET purchase_id = 2 WHERE id IN (1, 3)")
-        conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER shard_id_convert_purchase_id_shard_id_update")
+        conn.execute("ALTER TABLE purchase_lines ENABLE ALWAYS TRIGGER \"~shard_id_convert_purchase_id_shard_id_update\"")
         conn.execute("ALTER TABLE purchases DISABLE TRIGGER shard_id_convert_shard_id_deleted")
         with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
             conn.execute("CALL shard_id_convert_finish('purchases')")

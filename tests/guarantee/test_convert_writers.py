@@ -505,3 +505,138 @@ def test_a_row_inserted_with_the_new_column_null_by_a_writer_that_may_not_read_t
         assert one(conn, "SELECT count(*) FROM purchases WHERE item = 'named null'") >= 2
         assert one(conn, "SELECT count(*) FROM purchases WHERE id IS NULL") == 0
         assert validated(conn, "purchases")
+
+
+# -- the user's triggers that change a reference, and what was made after the prepare ----------
+# (the twenty-eighth review: the conversion's reference triggers fired before a user's BEFORE
+# trigger whose name sorts after theirs, trg_... or update_..., and the reference it changed did
+# not reach the new column)
+
+def lines_with_a_users_trigger(conn, name, body):
+    """purchases and nullable lines, with the user's BEFORE INSERT OR UPDATE trigger `name` on
+    lines running `body` (plpgsql, on NEW)."""
+    conn.execute("CREATE TABLE purchases (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL "
+                 "DEFAULT now() - interval '1 day', item text)")
+    conn.execute("CREATE TABLE lines (id bigserial PRIMARY KEY, purchase_id bigint REFERENCES purchases, qty int)")
+    conn.execute("INSERT INTO purchases (item) SELECT 'item ' || g FROM generate_series(1, 1000) g")
+    conn.execute("INSERT INTO lines (purchase_id, qty) SELECT 1 + g % 1000, g FROM generate_series(1, 2000) g")
+    conn.execute("CREATE SEQUENCE purchases_shard_id_seq")
+    conn.execute(f"CREATE FUNCTION lines_rule() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN {body} RETURN NEW; END $$")
+    conn.execute(f'CREATE TRIGGER "{name}" BEFORE INSERT OR UPDATE ON lines FOR EACH ROW EXECUTE FUNCTION lines_rule()')
+    conn.execute("ANALYZE")
+
+
+USERS_TRIGGERS = {
+    # what the user's trigger does to the reference: (its body, a write that makes it act)
+    "clears it": ("IF NEW.qty = -1 THEN NEW.purchase_id := NULL; END IF;",
+                  ["INSERT INTO lines (purchase_id, qty) VALUES (7, -1)",
+                   "UPDATE lines SET qty = -1 WHERE id = (SELECT min(id) FROM lines WHERE qty > 0 AND purchase_id IS NOT NULL)"]),
+    "moves it to another parent": ("IF NEW.qty = -2 THEN NEW.purchase_id := 900; END IF;",
+                                   ["INSERT INTO lines (purchase_id, qty) VALUES (7, -2)",
+                                    "UPDATE lines SET qty = -2 WHERE id = (SELECT min(id) FROM lines WHERE qty > 0)"]),
+    "sets it on a row that had none": ("IF NEW.qty = -3 THEN NEW.purchase_id := 901; END IF;",
+                                       ["INSERT INTO lines (purchase_id, qty) VALUES (NULL, -3)"]),
+    "moves a copied row": ("IF NEW.qty = -4 THEN NEW.purchase_id := 902; END IF;",
+                           # INSERT ... SELECT of every column: the new column comes set, from the copied row
+                           ["INSERT INTO lines (purchase_id, qty, purchase_id_shard_id) "
+                            "  SELECT purchase_id, -4, purchase_id_shard_id FROM lines WHERE id = 3"]),
+}
+
+
+@pytest.mark.parametrize("name", ["trg_lines", "update_lines"])
+@pytest.mark.parametrize("does", sorted(USERS_TRIGGERS))
+def test_a_users_trigger_that_changes_the_reference(cluster, db, does, name):
+    """On fff95fc the conversion's reference triggers (shard_id_convert_...) fired before a user's
+    trigger named trg_... or update_...: a reference it cleared kept its old parent's new id, a
+    reference it moved kept the old parent (after the swap, the row referenced another row than
+    its old key named), one it set on a new row failed the writer from the finish's CHECK on
+    (23514); a copied row kept the new column of the row it was copied from. The conversion's
+    fire last now, and read what the user's left."""
+    body, writes = USERS_TRIGGERS[does]
+    with cluster.connect(db) as conn:
+        lines_with_a_users_trigger(conn, name, body)
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        failures = []
+        with cluster.connect(db) as writer:
+            def write():
+                for statement in writes:
+                    try:
+                        writer.execute(statement)
+                    except psycopg.Error as e:
+                        failures.append(f"{e.sqlstate}: {e}")
+            steps_of_the_finish(conn, "purchases", write)
+        assert failures == []
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT count(*) FROM lines WHERE qty < 0") >= 2
+        assert references_kept(conn, "lines", "purchase_id") == 0
+        assert one(conn, "SELECT count(*) FROM lines WHERE (purchase_id IS NULL) <> (purchase_id_before_shard_id IS NULL)") == 0
+        assert validated(conn, "lines")
+
+
+@pytest.mark.parametrize("name", ["~~last", "\u00e9tape"])
+def test_a_users_trigger_that_would_fire_after_the_conversions_is_refused(cluster, db, name):
+    """A name that sorts after the conversion's own ('~...': any that begins with an ASCII
+    character sorts before) is refused by the plan and the prepare, nothing changed; made after
+    the prepare, by every step until it is renamed (or dropped), and the finish then mends what
+    was written meanwhile."""
+    with cluster.connect(db) as conn:
+        lines_with_a_users_trigger(conn, name, "IF NEW.qty = -2 THEN NEW.purchase_id := 900; END IF;")
+        refusals = conn.execute("SELECT object FROM shard_id_convert_plan('purchases', 'created_at', 'purchases_shard_id_seq', 5) "
+                                "WHERE action = 'refuse'").fetchall()
+        assert [r[0] for r in refusals] == [f'trigger "{name}" on public.lines'], refusals
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            conn.execute("CALL shard_id_convert_prepare('purchases', 'created_at', 'purchases_shard_id_seq', 5)")
+        assert f'trigger "{name}" on public.lines' in refused.value.diag.message_detail
+        assert one(conn, "SELECT count(*) FROM pg_attribute WHERE attname LIKE '%shard_id' AND attrelid IN ('purchases'::regclass, 'lines'::regclass)") == 0
+        # made (here: renamed) after the prepare: the batches and the finish refuse it, and what
+        # it wrote meanwhile is mended
+        conn.execute(f'ALTER TRIGGER "{name}" ON lines RENAME TO trg_lines')
+        conn.execute("CALL shard_id_convert_prepare('purchases', 'created_at', 'purchases_shard_id_seq', 5)")
+        for (statement,) in conn.execute("SELECT * FROM shard_id_convert_indexes('purchases')").fetchall():
+            conn.execute(statement)
+
+        def refused_while_it_fires_last(step):
+            conn.execute(f'ALTER TRIGGER trg_lines ON lines RENAME TO "{name}"')
+            conn.execute("INSERT INTO lines (purchase_id, qty) VALUES (7, -2)")
+            with pytest.raises(psycopg.errors.ObjectNotInPrerequisiteState) as refused:
+                conn.execute(step)
+            assert f'trigger "{name}" on public.lines fires after' in refused.value.diag.message_detail, step
+            conn.execute(f'ALTER TRIGGER "{name}" ON lines RENAME TO trg_lines')
+        refused_while_it_fires_last("CALL shard_id_convert('purchases', 500)")
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "prepared"
+        conn.execute("CALL shard_id_convert('purchases', 500)")
+        refused_while_it_fires_last("CALL shard_id_convert_finish('purchases')")
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "filled"
+        conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT count(*) FROM lines WHERE qty = -2") == 2
+        assert references_kept(conn, "lines", "purchase_id") == 0
+        assert validated(conn, "lines")
+
+
+def test_a_view_made_after_the_prepare_that_reads_the_key_and_its_new_column(cluster, db):
+    """On fff95fc a view made after the prepare that read both the key and the new column made
+    every finish fail at the swap (42703: the swap makes it again from its definition, after the
+    renames), and abandoning fail (2BP01: DROP COLUMN under it). Both refuse it now, naming it,
+    nothing changed; a view that reads only the new column stops abandoning, and follows the
+    swap."""
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        filled(conn, "purchases", "created_at", "purchases_shard_id_seq")
+        conn.execute("CREATE VIEW both_ids AS SELECT id, shard_id, item FROM purchases")
+        conn.execute("CREATE VIEW new_ids AS SELECT shard_id AS new_id, item FROM purchases")
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            conn.execute("CALL shard_id_convert_abandon('purchases')")
+        detail = refused.value.diag.message_detail
+        assert "view public.both_ids" in detail and "view public.new_ids" in detail, detail
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            conn.execute("CALL shard_id_convert_finish('purchases')")
+        detail = refused.value.diag.message_detail
+        assert "view public.both_ids" in detail and "new_ids" not in detail, detail
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "filled"
+        assert one(conn, "SELECT count(*) FROM pg_constraint WHERE conname LIKE 'shard_id_convert%'") == 0
+        conn.execute("INSERT INTO purchases (item) VALUES ('after the refusals')")
+        conn.execute("DROP VIEW both_ids")
+        conn.execute("CALL shard_id_convert_finish('purchases')")
+        assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
+        assert one(conn, "SELECT count(*) FROM new_ids v JOIN purchases p ON p.id = v.new_id") == 1001
