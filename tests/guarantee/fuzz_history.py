@@ -66,8 +66,9 @@ class Scenario:
     overflow: str
     conv_rows: int
     # a BEFORE trigger of the user's on the referencing table that moves or clears references
-    # (the twenty-eighth review), by a name that sorts before or after 'shard_id_convert_'; None:
-    # no such trigger
+    # (the twenty-eighth review), by a name that sorted before or after the conversion's own
+    # (shard_id_convert_..., before they were named "~shard_id_convert_..."); None: no such
+    # trigger. (A name that sorts after '~' is refused: test_convert_writers.py, not fuzzed.)
     resolver: str = None
     log: list = field(default_factory=list)
 

@@ -640,3 +640,48 @@ def test_a_view_made_after_the_prepare_that_reads_the_key_and_its_new_column(clu
         conn.execute("CALL shard_id_convert_finish('purchases')")
         assert one(conn, "SELECT phase FROM _pg_shard_id.conversions") == "finished"
         assert one(conn, "SELECT count(*) FROM new_ids v JOIN purchases p ON p.id = v.new_id") == 1001
+
+
+def test_the_reference_triggers_of_a_long_column_fire_last_too(cluster, db):
+    """On 1ad0eb3 the INSERT trigger of a 54-byte new referencing column (a 45-byte column and
+    _shard_id) was named '_<md5>...': derived_name shortened its '~shard_id_convert_' to nothing,
+    and every trigger of the user's that began with a letter was refused (the twenty-ninth
+    review). Both begin with '~' at every length."""
+    with cluster.connect(db) as conn:
+        for n in range(1, 64):
+            column = "a" * n
+            for on_update in (False, True):
+                name = one(conn, "SELECT _pg_shard_id.reference_trigger(%s::name, %s)", (column + "_shard_id", on_update))
+                assert name.startswith("~"), (n, on_update, name)
+        column = "a" * 45
+        conn.execute("CREATE TABLE purchases (id bigserial PRIMARY KEY, created_at timestamptz NOT NULL DEFAULT now())")
+        conn.execute(f"CREATE TABLE lines (id bigserial PRIMARY KEY, {column} bigint REFERENCES purchases)")
+        conn.execute("CREATE FUNCTION touch() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RETURN NEW; END $$")
+        conn.execute("CREATE TRIGGER trg_touch BEFORE INSERT OR UPDATE ON lines FOR EACH ROW EXECUTE FUNCTION touch()")
+        conn.execute("CREATE SEQUENCE purchases_shard_id_seq")
+        assert conn.execute("SELECT object FROM shard_id_convert_plan('purchases', 'created_at', 'purchases_shard_id_seq', 5) "
+                            "WHERE action = 'refuse'").fetchall() == []
+
+
+def test_abandoning_drops_a_check_of_the_users_on_the_new_column_with_it(cluster, db):
+    """On 1ad0eb3 abandoning refused a CHECK made after the prepare on the new column, which
+    DROP COLUMN drops with it (the twenty-ninth review); a view that reads it is still refused."""
+    with cluster.connect(db) as conn:
+        purchases(conn)
+        conn.execute("CALL shard_id_convert_prepare('purchases', 'created_at', 'purchases_shard_id_seq', 5)")
+        conn.execute("ALTER TABLE purchases ADD CONSTRAINT user_check CHECK (shard_id IS NOT NULL OR id < 0) NOT VALID")
+        conn.execute("CREATE VIEW new_ids AS SELECT shard_id FROM purchases")
+        # (a generated column's dependency is automatic too, yet DROP COLUMN refuses it: the
+        # second read of the fix)
+        conn.execute("ALTER TABLE purchases ADD COLUMN new_hex text GENERATED ALWAYS AS (to_hex(shard_id)) STORED")
+        with pytest.raises(psycopg.errors.FeatureNotSupported) as refused:
+            conn.execute("CALL shard_id_convert_abandon('purchases')")
+        detail = refused.value.diag.message_detail
+        assert "column new_hex of table public.purchases" in detail and "view public.new_ids" in detail, detail
+        assert "user_check" not in detail, detail
+        assert "cannot be abandoned" in str(refused.value)
+        conn.execute("DROP VIEW new_ids")
+        conn.execute("ALTER TABLE purchases DROP COLUMN new_hex")
+        conn.execute("CALL shard_id_convert_abandon('purchases')")
+        assert one(conn, "SELECT count(*) FROM pg_constraint WHERE conname = 'user_check'") == 0
+        assert one(conn, "SELECT count(*) FROM pg_attribute WHERE attrelid = 'purchases'::regclass AND attname = 'shard_id'") == 0
