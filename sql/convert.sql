@@ -2798,6 +2798,11 @@ BEGIN
         -- added NOT VALID is enforced on writers at once: the sixteenth review); the swap asks
         -- again under its locks
         plan := ARRAY(SELECT i FROM _pg_shard_id.conversion_inventory(tbl) i);
+        -- (and again after the plan, whose snapshot is the earlier one then: what the plan saw,
+        -- this sees; a foreign key committed between the first check and the plan got a step of
+        -- the plan that ran on its missing column, 42703, where it is refused, 55000: a
+        -- fresh-clone run, PostgreSQL 15)
+        PERFORM _pg_shard_id.refuse_changed(tbl);
         PERFORM _pg_shard_id.refuse(tbl, _pg_shard_id.refusals_after_the_batches(plan));
         SELECT * INTO step FROM unnest(plan) i WHERE i.phase = 'finish' AND NOT i.done ORDER BY i.ord LIMIT 1;
         IF step.ord IS NOT NULL THEN
