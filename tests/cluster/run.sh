@@ -481,6 +481,38 @@ tests=("$@")
     switchover_all_tables_lead switchover_some_tables_lead switchover_all_tables_behind
     switchover_some_tables_behind cdc_stream partial_dumps temp_table_of_another_session
     publications_of_every_kind)
+# Two lanes at once (CLUSTER_LANES=1: one): the tests wait on servers, standbys and clocks for
+# half of their time (one core of two busy, measured), so the lists below, each about half of the
+# time, run side by side, each lane with its own folder for its clusters and its own ports (even
+# and odd), its output shown whole after it ends. The tests of one lane run in the order above.
+LANE_TWO=" cached_sequence clock_step_back crash_restart damaged_lease adopt_under_load failover_clock
+    failover_borrow standby_with_an_earlier_epoch point_in_time_recovery restore_elsewhere
+    boot_before_epoch step_during_wait switchover_all_tables_behind switchover_some_tables_behind
+    partial_dumps temp_table_of_another_session publications_of_every_kind "
+if [ "${CLUSTER_LANES:-2}" = 2 ] && [ ${#tests[@]} -gt 1 ]; then
+    lanes=("" "")
+    for t in "${tests[@]}"; do
+        if [[ "$LANE_TWO" == *[[:space:]]"$t"[[:space:]]* ]]; then lanes[1]+=" $t"; else lanes[0]+=" $t"; fi
+    done
+    pids=()
+    for lane in 0 1; do
+        mkdir -p "$RUN_DIR/lane$lane"
+        # shellcheck disable=SC2086 # (a list of test names)
+        CLUSTER_LANES=1 PG_SHARD_ID_RUN_DIR="$RUN_DIR/lane$lane" PG_SHARD_ID_PORT_LANE="$lane/2" \
+            bash "$0" ${lanes[lane]} >"$RUN_DIR/cluster-lane$lane.log" 2>&1 &
+        pids+=($!)
+    done
+    for lane in 0 1; do
+        wait "${pids[lane]}" || true
+        say "lane $((lane + 1)) of 2:${lanes[lane]}"
+        cat "$RUN_DIR/cluster-lane$lane.log"
+        # (a lane that ended without its count, killed or failed to start, counts as one failure)
+        counts="$(sed -n 's/^cluster: \([0-9]*\) passed, \([0-9]*\) failed$/\1 \2/p' "$RUN_DIR/cluster-lane$lane.log")"
+        [ -n "$counts" ] || counts="0 1"
+        PASSED=$((PASSED + ${counts% *})) FAILED=$((FAILED + ${counts#* }))
+    done
+    tests=()
+fi
 for t in "${tests[@]}"; do
     started=$SECONDS
     "test_$t"
