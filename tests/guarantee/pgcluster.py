@@ -4,6 +4,7 @@ folder under $RUN_DIR on a free port, the library preloaded. PG_BIN names the Po
 (tests/guarantee/run.sh sets it from scripts/lib.sh's select_pg)."""
 
 import os
+import random
 import shutil
 import socket
 import subprocess
@@ -21,10 +22,34 @@ def as_postgres(args, **kwargs):
     return subprocess.run(args, check=True, capture_output=True, text=True, **kwargs)
 
 
+CHOSEN_PORTS = set()
+PORT_RANDOM = random.SystemRandom()  # not the module's generator, which seeded fuzzers use
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now that this process has not chosen before, and under pytest-xdist one of
+    this worker's own share of 20000-29999 (as scripts/lib.sh's free_port does for the cluster
+    tests' lanes). A cluster's port is chosen when it is made and bound only once initdb or
+    pg_basebackup is done, and the kernel's choice (bind to port 0) may give a port again once
+    its socket is closed: two clusters made before either started, or made in two workers at
+    once, could get the same port (the Patroni runbook's members did, in a fresh-clone run)."""
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    while True:
+        if worker.startswith("gw") and workers > 1:
+            width = 10000 // workers
+            port = 20000 + int(worker[2:]) % workers * width + PORT_RANDOM.randrange(width)
+        else:
+            port = 0
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            port = s.getsockname()[1]
+        if port not in CHOSEN_PORTS:
+            CHOSEN_PORTS.add(port)
+            return port
 
 
 LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"  # Debian's faketime

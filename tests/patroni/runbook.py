@@ -45,10 +45,21 @@ def check(ok, what):
     return ok
 
 
+CHOSEN_PORTS = set()
+
+
 def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now that this run has not chosen before. The runbook chooses all eight ports
+    (etcd's two, each member's PostgreSQL and REST API) before anything binds them, and the
+    kernel's choice (bind to port 0) may give a port again once its socket is closed: in a
+    fresh-clone run m1's REST API and m3's PostgreSQL both got 45279, and m3 never started."""
+    while True:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        if port not in CHOSEN_PORTS:
+            CHOSEN_PORTS.add(port)
+            return port
 
 
 def as_postgres():
